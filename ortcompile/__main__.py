@@ -1,0 +1,3 @@
+from ortcompile.cli import main
+
+main()

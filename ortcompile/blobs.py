@@ -1,0 +1,55 @@
+"""EP-context blobs: received through ORT's write callback when the EP supports it, else written by the EP.
+
+No EP available with onnxruntime 1.31 implements the callback; ORT then refuses the whole compile with
+"... does not support the registered EPContext data write callback" before any work is done, and we
+compile again without it, letting the EP write its blob files beside the staged model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ortcompile.datapass import WrittenFile
+from ortcompile.errors import CompilationFailed
+
+CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"
+READ_CHUNK = 16 << 20
+
+
+def callback_unsupported(exc: BaseException) -> bool:
+    return CALLBACK_UNSUPPORTED in str(exc)
+
+
+class BlobSink:
+    """The EP-context write callback: stores each named blob as a file in the staging directory."""
+
+    def __init__(self, staging_dir: Path) -> None:
+        self.staging_dir = staging_dir
+        self.written: dict[str, WrittenFile] = {}
+        self._lock = threading.Lock()  # ORT may call concurrently
+
+    def write_func(self, name: str, data: Any) -> None:
+        target = _safe_child(self.staging_dir, name)
+        digest = hashlib.sha256()
+        size = data.size()
+        with open(target, "xb") as out:
+            for offset in range(0, size, READ_CHUNK):
+                chunk = data.read(offset, min(READ_CHUNK, size - offset))
+                digest.update(chunk)
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        with self._lock:
+            self.written[name] = WrittenFile(name, size, digest.hexdigest())
+
+
+def _safe_child(directory: Path, name: str) -> Path:
+    """Blob names become file names: they must stay a plain relative name inside the output directory."""
+    candidate = Path(name)
+    if candidate.is_absolute() or ".." in candidate.parts or len(candidate.parts) != 1:
+        raise CompilationFailed(f"EP asked to write context data under an unsafe name {name!r}")
+    return directory / candidate

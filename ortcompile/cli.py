@@ -1,0 +1,165 @@
+"""Command-line interface: parse, call the library, print. Errors become exit codes here and only here."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import traceback
+from typing import Any, Callable
+
+import click
+
+from ortcompile import __version__
+from ortcompile.errors import OrtCompileError
+
+EXIT_INTERRUPTED = 130
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
+
+
+class ByteSize(click.ParamType):
+    """A size such as 4096, 4K, 64MiB, 2G (K/M/G and KiB/MiB/GiB are powers of 1024; KB/MB/GB of 1000)."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
+        unit = match.group(2).lower() if match else ""
+        if not match or unit not in _SIZE_UNITS:
+            self.fail(f"{value!r} is not a size (examples: 4096, 4K, 64MiB, 2G)", param, ctx)
+        return int(match.group(1)) * _SIZE_UNITS[unit]
+
+
+def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """-q/-v/--json/--debug, shared by every command."""
+    func = click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")(func)
+    func = click.option("--json", "as_json", is_flag=True, help="Print a JSON summary on stdout.")(func)
+    func = click.option("-v", "--verbose", is_flag=True, help="Say more: decisions, fallbacks, error detail.")(func)
+    func = click.option("-q", "--quiet", is_flag=True, help="No progress, no summary (errors still go to stderr).")(func)
+    return func
+
+
+def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The single place where exceptions become a one-line message and an exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        verbose, debug = kwargs.get("verbose", False), kwargs.get("debug", False)
+        try:
+            return func(*args, **kwargs)
+        except OrtCompileError as exc:
+            _fail(f"error: {exc.message}", exc.exit_code, exc.detail if (verbose or debug) else None, debug)
+        except KeyboardInterrupt:
+            _fail("interrupted; the output directory was left as it was", EXIT_INTERRUPTED, None, debug)
+        except click.exceptions.Exit:
+            raise
+        except Exception as exc:  # a bug in ortcompile: say so, keep the traceback behind --debug
+            _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", 1, None, debug)
+
+    return wrapper
+
+
+def _fail(message: str, code: int, detail: str | None, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    click.echo(f"ortcompile: {message}", err=True)
+    if detail:
+        click.echo(detail.rstrip(), err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ortcompile")
+def main() -> None:
+    """Compile ONNX models into ONNX Runtime EPContext models, of any size."""
+
+
+@main.command("compile")
+@click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
+@click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the compiled model and its files.")
+@click.option("--ep", default="auto", show_default=True, help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name.")
+@click.option("--ep-option", "ep_options", multiple=True, metavar="KEY=VALUE", help="Provider option (repeatable).")
+@click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto.")
+@click.option("--align", type=ByteSize(), default="4096", show_default=True, help="Offset alignment of large initializers in the data file.")
+@click.option("--align-threshold", type=ByteSize(), default="1MiB", show_default=True, help="Initializers at least this big get --align; smaller ones natural alignment.")
+@click.option("--shard-size", type=ByteSize(), default=None, help="Split external data into files of at most this size (.data, .data.1, ...).")
+@click.option("--embed", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True, help="Embed EP blobs in the model (auto: only small ones).")
+@click.option("--fix-dim", "fix_dims", multiple=True, metavar="NAME=VALUE", help="Pin a symbolic dimension (repeatable).")
+@click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
+@click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs].")
+@click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
+@output_options
+@reports_errors
+def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[str, ...], inline_threshold: int, align: int,
+                    align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[str, ...], fix_shapes: tuple[str, ...],
+                    require_compiled: bool | None, force: bool, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+    """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
+    from ortcompile.compiler import CompileOptions, compile_model
+    from ortcompile.eps import parse_ep_options
+    from ortcompile.native import set_ort_log_level
+    from ortcompile.plan import LayoutPolicy
+    from ortcompile.progress import TerminalReporter
+    from ortcompile.shapes import parse_fix_dims, parse_fix_shapes
+
+    set_ort_log_level(verbose)
+    options = CompileOptions(
+        ep=ep,
+        ep_options=parse_ep_options(ep_options),
+        layout=LayoutPolicy(inline_threshold, align, align_threshold, shard_size),
+        embed=embed,  # type: ignore[arg-type]
+        fix_dims=parse_fix_dims(fix_dims),
+        fix_shapes=parse_fix_shapes(fix_shapes),
+        require_compiled=require_compiled,
+        force=force,
+    )
+    results = []
+    for model in models:
+        reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
+        results.append(compile_model(model, output_dir, options, reporter))
+    if as_json:
+        click.echo(json.dumps({"outputs": [r.to_json() for r in results]}, indent=2))
+    elif not quiet:
+        for result in results:
+            click.echo(_summary_line(result))
+
+
+def _summary_line(result: Any) -> str:
+    total = sum(f["size"] for f in result.files)
+    nodes = f"{result.epcontext_nodes} EPContext node{'s' if result.epcontext_nodes != 1 else ''}"
+    return f"{result.model_path}: {nodes}, {len(result.files)} files, {_human(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep})"
+
+
+def _human(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+@main.command("eps")
+@output_options
+@reports_errors
+def eps_command(quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+    """List execution providers, the devices they claim here, and whether they produce EPContext."""
+    from ortcompile.eps import list_eps
+    from ortcompile.native import set_ort_log_level
+
+    set_ort_log_level(verbose)
+    listings = list_eps()
+    if as_json:
+        click.echo(json.dumps({"eps": [e.to_json() for e in listings]}, indent=2))
+        return
+    if quiet:
+        return
+    click.echo(f"{'NAME':<10} {'EP':<28} {'AVAILABLE':<10} {'EPCONTEXT':<10} DEVICES / NOTE")
+    for entry in listings:
+        info = entry.to_json()
+        devices = ", ".join(f"{d['type']} ({d['vendor']})" for d in entry.devices)
+        click.echo(f"{entry.short_name:<10} {entry.ep_name:<28} {'yes' if info['available'] else 'no':<10} "
+                   f"{'yes' if entry.compiles else 'no':<10} {devices or entry.note}")

@@ -1,0 +1,145 @@
+"""Pass 1: stream initializers into aligned external data files while ONNX Runtime compiles.
+
+ONNX Runtime calls `location_func` once per initializer left in the output graph, in name order, with a
+zero-copy view of the tensor that is valid only during the call. Each tensor is written once, in
+order, and hashed on the other core while it is written, so the manifest costs no second read.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ortcompile.plan import DataLayout, Placement, data_file_name
+
+CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
+_ZEROS = bytes(1 << 16)
+
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    name: str  # relative to the output directory
+    size: int
+    sha256: str
+
+
+class HashingFile:
+    """An output file written strictly front to back, hashed in a helper thread as it goes."""
+
+    def __init__(self, path: Path, hasher_pool: ThreadPoolExecutor) -> None:
+        self.path = path
+        self.position = 0
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._hash = hashlib.sha256()
+        self._pool = hasher_pool
+
+    def pad_to(self, offset: int) -> None:
+        while self.position < offset:
+            self.write(_ZEROS[: min(len(_ZEROS), offset - self.position)])
+
+    def write(self, data: memoryview | bytes) -> None:
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), CHUNK):
+            chunk = view[start : start + CHUNK]
+            pending = self._pool.submit(self._hash.update, chunk)  # hashlib releases the GIL
+            _write_all(self._fd, chunk)
+            pending.result()
+            self.position += len(chunk)
+
+    def close(self) -> WrittenFile:
+        os.fsync(self._fd)
+        os.close(self._fd)
+        return WrittenFile(self.path.name, self.position, self._hash.hexdigest())
+
+    def abandon(self) -> None:
+        os.close(self._fd)
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while data:
+        written = os.write(fd, data)
+        data = data[written:]
+
+
+class DataPass:
+    """Receives ORT's per-initializer callbacks and lays the bytes out as the layout says."""
+
+    def __init__(self, staging_dir: Path, model_file_name: str, layout: DataLayout, progress: Progress | None = None):
+        self.staging_dir = staging_dir
+        self.model_file_name = model_file_name
+        self.layout = layout
+        self.inline_count = 0
+        self.external_count = 0
+        self.bytes_written = 0
+        self._progress = progress
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-hash")
+        self._open: HashingFile | None = None
+        self._finished: list[WrittenFile] = []
+
+    def location_func(self, name: str, value: Any, source_info: Any) -> Any:
+        """The `get_initializer_location_func` given to onnxruntime.ModelCompiler."""
+        import onnxruntime as ort
+
+        nbytes = value.tensor_size_in_bytes()
+        if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes):
+            self.inline_count += 1
+            return None
+        element_size = max(1, nbytes // max(1, _element_count(value.shape())))
+        placement = self.layout.place(name, nbytes, element_size)
+        self._write(placement, _tensor_bytes(value, nbytes))
+        self.external_count += 1
+        location = data_file_name(self.model_file_name, placement.file_index)
+        return ort.OrtExternalInitializerInfo(location, placement.offset, nbytes)
+
+    def _write(self, placement: Placement, data: memoryview) -> None:
+        target = self._file_for(placement.file_index)
+        target.pad_to(placement.offset)
+        target.write(data)
+        self.bytes_written += placement.nbytes
+        if self._progress:
+            self._progress(placement.nbytes)
+
+    def _file_for(self, file_index: int) -> HashingFile:
+        name = data_file_name(self.model_file_name, file_index)
+        if self._open is not None and self._open.path.name == name:
+            return self._open
+        if self._open is not None:
+            self._finished.append(self._open.close())
+        self._open = HashingFile(self.staging_dir / name, self._pool)
+        return self._open
+
+    def finish(self) -> list[WrittenFile]:
+        """Close the last file; return every data file written with its size and sha256."""
+        if self._open is not None:
+            self._finished.append(self._open.close())
+            self._open = None
+        self._pool.shutdown()
+        return list(self._finished)
+
+    def abandon(self) -> None:
+        if self._open is not None:
+            self._open.abandon()
+            self._open = None
+        self._pool.shutdown(cancel_futures=True)
+
+
+def _element_count(shape: list[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def _tensor_bytes(value: Any, nbytes: int) -> memoryview:
+    """A zero-copy view of an OrtValue's CPU buffer, for every dtype (numpy lacks bfloat16, float8, int4)."""
+    if nbytes == 0:
+        return memoryview(b"")
+    buffer = (ctypes.c_char * nbytes).from_address(value.data_ptr())
+    return memoryview(buffer).cast("B")

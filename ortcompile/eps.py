@@ -1,0 +1,207 @@
+"""Execution-provider discovery and registration: the only module that knows EP names and packages.
+
+A short name (``qnn``) maps to a plugin package, which gives the shared library to register with ONNX
+Runtime; ONNX Runtime then lists the devices the EP claims on this machine (``get_ep_devices``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from ortcompile.errors import EpUnavailable, UsageError, first_line
+from ortcompile.native import native_stdout_to_stderr
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+CPU_EP = "CPUExecutionProvider"
+
+
+@dataclass(frozen=True)
+class EpInfo:
+    """What ortcompile knows about an EP before anything is loaded."""
+
+    short_name: str
+    ep_name: str
+    compiles: bool  # produces EPContext nodes
+    module: str | None = None  # plugin Python package (None: built into onnxruntime)
+    pip_name: str | None = None
+    required_options: Callable[[Any], dict[str, str]] = field(default=lambda module: {})
+
+    @property
+    def distribution(self) -> str:
+        return self.pip_name or "onnxruntime"
+
+
+def _qnn_options(module: Any) -> dict[str, str]:
+    # Without backend_path the QNN EP fails at session creation; HTP is the NPU backend.
+    return {"backend_path": module.get_qnn_htp_path()}
+
+
+KNOWN_EPS: dict[str, EpInfo] = {
+    "qnn": EpInfo("qnn", "QNNExecutionProvider", True, "onnxruntime_qnn", "onnxruntime-qnn", _qnn_options),
+    "openvino": EpInfo(
+        "openvino", "OpenVINOExecutionProvider", True, "onnxruntime_ep_openvino", "onnxruntime-ep-openvino"
+    ),
+    "webgpu": EpInfo("webgpu", "WebGpuExecutionProvider", False, "onnxruntime_ep_webgpu", "onnxruntime-ep-webgpu"),
+    "cpu": EpInfo("cpu", CPU_EP, False),
+}
+
+# `--ep auto` tries these in order and takes the first that claims a device here.
+AUTO_ORDER = ("qnn", "openvino", "cpu")
+
+
+@dataclass
+class ResolvedEp:
+    """An EP ready to configure a session: its devices and the provider options to pass."""
+
+    info: EpInfo
+    devices: list[Any]  # ort.OrtEpDevice
+    options: dict[str, str]
+    version: str
+
+    @property
+    def name(self) -> str:
+        return self.info.ep_name
+
+    def configure(self, session_options: ort.SessionOptions) -> None:
+        if self.info.ep_name == CPU_EP:
+            return  # the CPU EP is always there; adding it explicitly changes nothing
+        session_options.add_provider_for_devices(self.devices, self.options)
+
+
+def lookup(name: str) -> EpInfo:
+    """Map a short name or a full ONNX Runtime EP name to what we know about it."""
+    key = name.strip()
+    if key.lower() in KNOWN_EPS:
+        return KNOWN_EPS[key.lower()]
+    for info in KNOWN_EPS.values():
+        if info.ep_name.lower() == key.lower():
+            return info
+    known = ", ".join([*KNOWN_EPS, "auto"])
+    raise UsageError(f"unknown execution provider {name!r}; use one of: {known}, or a full EP name listed by 'ortcompile eps'")
+
+
+def parse_ep_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """Parse repeated KEY=VALUE provider options."""
+    options: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad --ep-option {pair!r}: expected KEY=VALUE, e.g. htp_performance_mode=burst")
+        options[key.strip()] = value.strip()
+    return options
+
+
+def _register_plugin(info: EpInfo) -> Any:
+    """Import the plugin package and register its library with ONNX Runtime (once per process)."""
+    import onnxruntime as ort
+
+    try:
+        module = importlib.import_module(info.module or "")
+    except ImportError as exc:
+        raise EpUnavailable(
+            f"{info.short_name}: package {info.pip_name} is not installed; install it with "
+            f"'pip install {info.pip_name}' (or 'pip install ortcompile[{info.short_name}]')",
+            detail=str(exc),
+        ) from exc
+    registered = {d.ep_name for d in ort.get_ep_devices()}
+    if info.ep_name not in registered:
+        try:
+            with native_stdout_to_stderr():
+                ort.register_execution_provider_library(info.ep_name, module.get_library_path())
+        except Exception as exc:  # ORT raises its own Fail/RuntimeError types
+            raise EpUnavailable(f"{info.short_name}: could not load {info.pip_name}: {first_line(exc)}") from exc
+    return module
+
+
+def _version_of(info: EpInfo) -> str:
+    try:
+        return importlib.metadata.version(info.distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def resolve(name: str = "auto", options: dict[str, str] | None = None) -> ResolvedEp:
+    """Find, register and pick devices for an EP; raise EpUnavailable with what to install."""
+    if name.strip().lower() == "auto":
+        return _resolve_auto(options or {})
+    return _resolve_one(lookup(name), options or {})
+
+
+def _resolve_auto(options: dict[str, str]) -> ResolvedEp:
+    for short in AUTO_ORDER:
+        try:
+            return _resolve_one(KNOWN_EPS[short], options)
+        except EpUnavailable:
+            continue
+    raise EpUnavailable("no execution provider is available")  # unreachable: the CPU EP always is
+
+
+def _resolve_one(info: EpInfo, options: dict[str, str]) -> ResolvedEp:
+    import onnxruntime as ort
+
+    module = _register_plugin(info) if info.module else None
+    devices = [d for d in ort.get_ep_devices() if d.ep_name == info.ep_name]
+    if not devices:
+        raise EpUnavailable(
+            f"{info.short_name}: {info.ep_name} is installed but claims no device on this machine; "
+            "run 'ortcompile eps' to see what is available"
+        )
+    merged = {**(info.required_options(module) if module else {}), **options}
+    version = ort.__version__ if info.module is None else _version_of(info)
+    return ResolvedEp(info=info, devices=devices[:1], options=merged, version=version)
+
+
+@dataclass(frozen=True)
+class EpListing:
+    short_name: str
+    ep_name: str
+    package: str
+    installed: bool
+    version: str | None
+    devices: list[dict[str, str]]
+    compiles: bool
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.short_name,
+            "ep_name": self.ep_name,
+            "package": self.package,
+            "installed": self.installed,
+            "version": self.version,
+            "devices": self.devices,
+            "produces_epcontext": self.compiles,
+            "available": self.installed and bool(self.devices),
+            "note": self.note,
+        }
+
+
+def list_eps() -> list[EpListing]:
+    """Every known EP: installed or not, the devices it claims here, whether it produces EPContext."""
+    import onnxruntime as ort
+
+    listings = []
+    for info in KNOWN_EPS.values():
+        note = ""
+        installed = True
+        try:
+            if info.module:
+                _register_plugin(info)
+        except EpUnavailable as exc:
+            installed, note = False, exc.message
+        devices = [_describe_device(d) for d in ort.get_ep_devices() if d.ep_name == info.ep_name]
+        if installed and not devices:
+            note = "installed, but claims no device on this machine"
+        version = (ort.__version__ if info.module is None else _version_of(info)) if installed else None
+        listings.append(EpListing(info.short_name, info.ep_name, info.distribution, installed, version, devices, info.compiles, note))
+    return listings
+
+
+def _describe_device(device: Any) -> dict[str, str]:
+    hw = device.device
+    return {"type": hw.type.name, "vendor": device.ep_vendor or hw.vendor, "vendor_id": str(hw.vendor_id)}

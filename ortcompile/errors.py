@@ -1,0 +1,54 @@
+"""One exception hierarchy; every error knows its exit code (see docs/exit-codes)."""
+
+from __future__ import annotations
+
+
+class OrtCompileError(Exception):
+    """Base of every error ortcompile reports to a user. The message is one line."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail  # extra context shown with -v
+
+
+class CompilationFailed(OrtCompileError):
+    """The EP failed, or compiled nothing when compilation was required."""
+
+    exit_code = 1
+
+
+class UsageError(OrtCompileError):
+    """Options that cannot work together or do not parse (click's own errors also exit 2)."""
+
+    exit_code = 2
+
+
+class InvalidModel(OrtCompileError):
+    """The input model is unreadable, inconsistent or unsafe."""
+
+    exit_code = 3
+
+
+class OutputError(OrtCompileError):
+    """The output cannot be written: exists without --force, no space, permissions."""
+
+    exit_code = 4
+
+
+class VerificationFailed(OrtCompileError):
+    """A compiled model does not match its manifest or its reference outputs."""
+
+    exit_code = 5
+
+
+class EpUnavailable(UsageError):
+    """The requested execution provider is not installed or claims no device here."""
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """The first line of an exception's text: ORT messages carry multi-line tracebacks."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__

@@ -1,0 +1,81 @@
+"""The manifest beside every output: each file's size and sha256, the input digest, versions, options.
+
+It holds no timestamps and no absolute paths, so compiling the same input twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ortcompile.datapass import WrittenFile
+
+MANIFEST_FORMAT = "ortcompile-manifest/1"
+HASH_CHUNK = 16 << 20
+
+
+def hash_file(path: Path) -> WrittenFile:
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb", buffering=0) as stream:
+        while chunk := stream.read(HASH_CHUNK):
+            digest.update(chunk)
+            size += len(chunk)
+    return WrittenFile(path.name, size, digest.hexdigest())
+
+
+@dataclass(frozen=True)
+class InputDigest:
+    """sha256 of the model file and of every external data file it references (paths relative to it)."""
+
+    files: tuple[tuple[str, int, str], ...]  # (relative name, size, sha256)
+
+    @property
+    def combined(self) -> str:
+        digest = hashlib.sha256()
+        for name, size, sha in self.files:
+            digest.update(f"{name}\0{size}\0{sha}\n".encode())
+        return digest.hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sha256": self.combined,
+            "files": [{"name": n, "size": s, "sha256": h} for n, s, h in self.files],
+        }
+
+
+def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
+    base = model_path.resolve().parent
+    entries = []
+    for path in [model_path.resolve(), *external_files]:
+        written = hash_file(path)
+        entries.append((path.relative_to(base).as_posix(), written.size, written.sha256))
+    return InputDigest(tuple(entries))
+
+
+def build_manifest(
+    *,
+    model_name: str,
+    files: list[tuple[WrittenFile, str]],
+    input_digest: InputDigest,
+    versions: dict[str, Any],
+    options: dict[str, Any],
+    epcontext_nodes: int,
+) -> dict[str, Any]:
+    return {
+        "format": MANIFEST_FORMAT,
+        "model": model_name,
+        "files": [{"name": f.name, "role": role, "size": f.size, "sha256": f.sha256} for f, role in files],
+        "input": input_digest.to_json(),
+        "versions": versions,
+        "options": options,
+        "epcontext_nodes": epcontext_nodes,
+    }
+
+
+def manifest_bytes(manifest: dict[str, Any]) -> bytes:
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()

@@ -1,0 +1,139 @@
+"""The one place that drives onnxruntime.ModelCompiler: pass 1 happens inside its callbacks.
+
+ORT compiles the EP partitions, then asks `DataPass.location_func` where each remaining initializer
+goes (we write it there and then), and finally streams the now-small graph proto to us.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ortcompile.blobs import BlobSink, callback_unsupported
+from ortcompile.datapass import DataPass
+from ortcompile.eps import ResolvedEp
+from ortcompile.errors import CompilationFailed, OrtCompileError, first_line
+from ortcompile.native import native_stdout_to_stderr
+from ortcompile.publish import output_error
+from ortcompile.source import PROTOBUF_LIMIT
+
+NOTHING_COMPILED = "Unable to compile any nodes"
+_CALLBACK_UNSUPPORTED_EPS: set[str] = set()  # learned once per process
+
+
+@dataclass
+class OrtOutput:
+    graph_proto: bytes
+    blob_sink: BlobSink | None  # set when the EP used the write callback
+
+
+class _GraphBuffer:
+    """Collects the streamed graph proto; refuses to grow past the protobuf limit."""
+
+    def __init__(self) -> None:
+        self.buffer = io.BytesIO()
+
+    def write(self, chunk: bytes) -> None:
+        if self.buffer.tell() + len(chunk) >= PROTOBUF_LIMIT:
+            raise CompilationFailed("the compiled graph proto exceeds the 2 GiB protobuf limit")
+        self.buffer.write(chunk)
+
+
+class _CallbackGuard:
+    """Remembers the first exception raised inside an ORT callback: ORT only passes on its text."""
+
+    def __init__(self) -> None:
+        self.error: BaseException | None = None
+
+    def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        def guarded(*args: Any) -> Any:
+            try:
+                return func(*args)
+            except BaseException as exc:  # KeyboardInterrupt too: it must end the compile, not vanish
+                self.error = self.error or exc
+                raise
+
+        return guarded
+
+
+def compile_with_ort(
+    source: Path,
+    ep: ResolvedEp,
+    model_path: Path,
+    make_data_pass: Callable[[], DataPass],
+    overrides: dict[str, int],
+    require_compiled: bool,
+    on_fallback: Callable[[str], None],
+) -> tuple[OrtOutput, DataPass]:
+    """Compile; retry without the EP-context write callback when the EP does not support it."""
+    use_callback = ep.name not in _CALLBACK_UNSUPPORTED_EPS and ep.info.compiles
+    data_pass = make_data_pass()
+    try:
+        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, use_callback), data_pass
+    except _CallbackRefused:
+        data_pass.abandon()
+        _CALLBACK_UNSUPPORTED_EPS.add(ep.name)
+        on_fallback(f"{ep.name} does not support the EP-context write callback; it writes its own blob files")
+    data_pass = make_data_pass()
+    return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False), data_pass
+
+
+class _CallbackRefused(Exception):
+    pass
+
+
+def _attempt(
+    source: Path, ep: ResolvedEp, model_path: Path, data_pass: DataPass, overrides: dict[str, int], require_compiled: bool, use_callback: bool
+) -> OrtOutput:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    ep.configure(options)
+    # EPs name their blob files after this path, so they land in the staging directory.
+    options.add_session_config_entry("ep.context_file_path", str(model_path))
+    for name, value in overrides.items():
+        options.add_free_dimension_override_by_name(name, value)
+    guard = _CallbackGuard()
+    flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if require_compiled else ort.OrtCompileApiFlags.NONE
+    compiler = ort.ModelCompiler(
+        options,
+        str(source),
+        embed_compiled_data_into_model=False,  # we embed ourselves, after checking the size (graphpass)
+        flags=flags,
+        get_initializer_location_func=guard.wrap(data_pass.location_func),
+    )
+    sink = BlobSink(model_path.parent) if use_callback else None
+    if sink is not None:
+        compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
+    graph = _GraphBuffer()
+    try:
+        with native_stdout_to_stderr():
+            compiler.compile_to_stream(guard.wrap(graph.write))
+    except Exception as exc:
+        _raise_translated(exc, guard.error, ep)
+    return OrtOutput(graph.buffer.getvalue(), sink)
+
+
+def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: ResolvedEp) -> None:
+    """Re-raise what really went wrong: our own callback's exception, or ORT's error as one line."""
+    if callback_error is not None:
+        if isinstance(callback_error, OSError):
+            raise output_error(callback_error, "external data") from callback_error
+        raise callback_error
+    if callback_unsupported(exc):
+        raise _CallbackRefused() from exc
+    if isinstance(exc, OrtCompileError):
+        raise exc
+    text = str(exc)
+    if NOTHING_COMPILED in text:
+        raise CompilationFailed(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
+    raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {_ort_message(text)}", detail=text) from exc
+
+
+def _ort_message(text: str) -> str:
+    """ORT errors read '[ONNXRuntimeError] : 1 : FAIL : file.cc:123 Func message'; keep the message."""
+    line = first_line(Exception(text))
+    return line.split(" : ")[-1] if " : " in line else line

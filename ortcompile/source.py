@@ -1,0 +1,190 @@
+"""Read and check the input model's graph proto without loading its weights."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ortcompile.errors import InvalidModel, first_line
+
+PROTOBUF_LIMIT = 2**31 - 1  # protobuf refuses to serialize or parse a message larger than this
+
+# Sub-byte element types are packed two per byte.
+_PACKED_4BIT = {"INT4", "UINT4", "FLOAT4E2M1"}
+
+
+@dataclass(frozen=True)
+class ExternalRef:
+    location: str  # as written in the model: relative to the model's directory
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    external: ExternalRef | None
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    name: str
+    dims: tuple[int | str | None, ...]  # int: fixed; str: symbolic name; None: unknown
+
+    @property
+    def is_dynamic(self) -> bool:
+        return any(not isinstance(d, int) for d in self.dims)
+
+    def describe(self) -> str:
+        return f"{self.name}[{','.join('?' if d is None else str(d) for d in self.dims)}]"
+
+
+@dataclass(frozen=True)
+class SourceModel:
+    path: Path
+    initializers: tuple[TensorInfo, ...]
+    inputs: tuple[InputInfo, ...]
+    external_files: tuple[Path, ...]  # resolved, each once, sorted
+    proto_bytes: int
+
+    @property
+    def weight_bytes(self) -> int:
+        return sum(t.nbytes for t in self.initializers)
+
+    @property
+    def dynamic_inputs(self) -> list[InputInfo]:
+        return [i for i in self.inputs if i.is_dynamic]
+
+    @property
+    def symbolic_dims(self) -> set[str]:
+        return {d for i in self.inputs for d in i.dims if isinstance(d, str)}
+
+
+def read_source(path: Path) -> SourceModel:
+    """Parse the model's graph proto (never its external data) and check every external reference."""
+    import onnx
+
+    path = Path(path)
+    if not path.exists():
+        raise InvalidModel(f"{path}: no such file")
+    if not path.is_file():
+        raise InvalidModel(f"{path}: not a regular file")
+    size = path.stat().st_size
+    if size == 0:
+        raise InvalidModel(f"{path}: empty file, not an ONNX model")
+    if size > PROTOBUF_LIMIT:
+        raise InvalidModel(f"{path}: {size} bytes is over the 2 GiB protobuf limit, so it cannot be an ONNX model file")
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except Exception as exc:  # DecodeError, or onnx's own errors on odd bytes
+        raise InvalidModel(f"{path}: not a valid ONNX model ({first_line(exc)})") from exc
+    if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
+        raise InvalidModel(f"{path}: parses as protobuf but is not an ONNX model with a graph")
+    initializers = tuple(_tensor_info(t, path) for t in model.graph.initializer)
+    external_files = tuple(sorted({_resolve_location(path, t.name, t.external.location) for t in initializers if t.external}))
+    _check_external_extents(path, initializers)
+    initializer_names = {t.name for t in initializers}
+    inputs = tuple(_input_info(vi) for vi in model.graph.input if vi.name not in initializer_names)
+    return SourceModel(path, initializers, inputs, external_files, size)
+
+
+def _tensor_info(tensor: object, model_path: Path) -> TensorInfo:
+    import onnx
+
+    dtype = onnx.TensorProto.DataType.Name(tensor.data_type)  # type: ignore[attr-defined]
+    shape = tuple(int(d) for d in tensor.dims)  # type: ignore[attr-defined]
+    expected = _expected_nbytes(tensor.data_type, shape)  # type: ignore[attr-defined]
+    external = None
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:  # type: ignore[attr-defined]
+        external = _external_ref(tensor, model_path)
+        if expected is not None and external.length != expected:
+            raise InvalidModel(
+                f"{model_path}: initializer {tensor.name!r} has external length {external.length} "  # type: ignore[attr-defined]
+                f"but its shape {list(shape)} of {dtype} needs {expected} bytes"
+            )
+    nbytes = external.length if external else _inline_nbytes(tensor, expected)
+    return TensorInfo(tensor.name, dtype, shape, nbytes, external)  # type: ignore[attr-defined]
+
+
+def _external_ref(tensor: object, model_path: Path) -> ExternalRef:
+    fields = {e.key: e.value for e in tensor.external_data}  # type: ignore[attr-defined]
+    name = tensor.name  # type: ignore[attr-defined]
+    location = fields.get("location", "")
+    if not location:
+        raise InvalidModel(f"{model_path}: initializer {name!r} is external but has no location")
+    try:
+        offset = int(fields.get("offset", "0"))
+        length = int(fields["length"]) if "length" in fields else -1
+    except ValueError as exc:
+        raise InvalidModel(f"{model_path}: initializer {name!r} has a non-numeric external offset or length") from exc
+    if offset < 0:
+        raise InvalidModel(f"{model_path}: initializer {name!r} has a negative external offset")
+    return ExternalRef(location, offset, length)
+
+
+def _resolve_location(model_path: Path, tensor_name: str, location: str) -> Path:
+    """Refuse absolute, `..` and symlinked paths that lead outside the model's directory."""
+    base = model_path.resolve().parent
+    if os.path.isabs(location) or Path(location).drive:
+        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} has an absolute external data path {location!r}")
+    if ".." in Path(location).parts:
+        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} has an external data path with '..': {location!r}")
+    resolved = (base / location).resolve()
+    if not resolved.is_relative_to(base):
+        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} external data {location!r} resolves outside the model's directory")
+    return resolved
+
+
+def _check_external_extents(model_path: Path, initializers: tuple[TensorInfo, ...]) -> None:
+    sizes: dict[Path, int] = {}
+    for tensor in initializers:
+        if tensor.external is None:
+            continue
+        data_path = _resolve_location(model_path, tensor.name, tensor.external.location)
+        if data_path not in sizes:
+            if not data_path.is_file():
+                raise InvalidModel(f"{model_path}: external data file {tensor.external.location!r} (for {tensor.name!r}) is missing")
+            sizes[data_path] = data_path.stat().st_size
+        end = tensor.external.offset + max(tensor.external.length, 0)
+        if end > sizes[data_path]:
+            raise InvalidModel(
+                f"{model_path}: initializer {tensor.name!r} needs bytes up to {end} of "
+                f"{tensor.external.location!r}, but that file has only {sizes[data_path]} bytes"
+            )
+
+
+def _expected_nbytes(data_type: int, shape: tuple[int, ...]) -> int | None:
+    import onnx
+
+    name = onnx.TensorProto.DataType.Name(data_type)
+    if name in ("STRING", "UNDEFINED"):
+        return None
+    count = math.prod(shape)
+    if name in _PACKED_4BIT:
+        return (count + 1) // 2
+    return count * onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize
+
+
+def _inline_nbytes(tensor: object, expected: int | None) -> int:
+    if tensor.raw_data:  # type: ignore[attr-defined]
+        return len(tensor.raw_data)  # type: ignore[attr-defined]
+    if expected is not None:
+        return expected
+    return sum(len(s) for s in tensor.string_data)  # type: ignore[attr-defined]
+
+
+def _input_info(value_info: object) -> InputInfo:
+    tensor_type = value_info.type.tensor_type  # type: ignore[attr-defined]
+    dims: list[int | str | None] = []
+    if tensor_type.HasField("shape"):
+        for dim in tensor_type.shape.dim:
+            if dim.HasField("dim_value"):
+                dims.append(int(dim.dim_value))
+            else:
+                dims.append(dim.dim_param or None)
+    return InputInfo(value_info.name, tuple(dims))  # type: ignore[attr-defined]
