@@ -34,6 +34,13 @@ class ByteSize(click.ParamType):
         return int(match.group(1)) * _SIZE_UNITS[unit]
 
 
+def tolerance_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """--rtol/--atol for output comparison (numpy.isclose semantics)."""
+    func = click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance when comparing outputs.")(func)
+    func = click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance when comparing outputs.")(func)
+    return func
+
+
 def output_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """-q/-v/--json/--debug, shared by every command."""
     func = click.option("--debug", is_flag=True, help="Show Python tracebacks for errors.")(func)
@@ -92,11 +99,14 @@ def main() -> None:
 @click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
 @click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs].")
 @click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
+@click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
+@tolerance_options
 @output_options
 @reports_errors
 def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[str, ...], inline_threshold: int, align: int,
                     align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[str, ...], fix_shapes: tuple[str, ...],
-                    require_compiled: bool | None, force: bool, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+                    require_compiled: bool | None, force: bool, verify: bool, rtol: float, atol: float,
+                    quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.compiler import CompileOptions, compile_model
     from ortcompile.eps import parse_ep_options
@@ -104,6 +114,7 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
     from ortcompile.plan import LayoutPolicy
     from ortcompile.progress import TerminalReporter
     from ortcompile.shapes import parse_fix_dims, parse_fix_shapes
+    from ortcompile.verify import Tolerance
 
     set_ort_log_level(verbose)
     options = CompileOptions(
@@ -115,6 +126,8 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
         fix_shapes=parse_fix_shapes(fix_shapes),
         require_compiled=require_compiled,
         force=force,
+        verify=verify,
+        verify_tolerance=Tolerance(rtol, atol),
     )
     results = []
     for model in models:
@@ -128,18 +141,64 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
 
 
 def _summary_line(result: Any) -> str:
+    from ortcompile.render import human_size
+
     total = sum(f["size"] for f in result.files)
     nodes = f"{result.epcontext_nodes} EPContext node{'s' if result.epcontext_nodes != 1 else ''}"
-    return f"{result.model_path}: {nodes}, {len(result.files)} files, {_human(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep})"
+    return f"{result.model_path}: {nodes}, {len(result.files)} files, {human_size(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep})"
 
 
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
+@main.command("inspect")
+@click.argument("model", type=click.Path(path_type=str))
+@click.option("--check", is_flag=True, help="Hash every file the manifest lists (reads all the data).")
+@output_options
+@reports_errors
+def inspect_command(model: str, check: bool, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+    """Show what MODEL contains, from its graph proto alone (weights are never read)."""
+    from ortcompile.inspect import inspect_model
+    from ortcompile.render import inspect_text
+
+    report = inspect_model(model, check=check).to_json()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    elif not quiet:
+        click.echo("\n".join(inspect_text(report)))
+    if check and report["manifest"] and not report["manifest"]["ok"]:
+        from ortcompile.errors import VerificationFailed
+
+        raise VerificationFailed("manifest check failed: " + "; ".join(report["manifest"]["problems"]))
+
+
+@main.command("verify")
+@click.argument("compiled", type=click.Path(path_type=str))
+@click.option("--reference", required=True, type=click.Path(path_type=str), help="The source model the compiled one came from.")
+@click.option("--ep", default=None, help="EP to run the compiled model on [default: the one in its manifest, else auto].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs, with seeds seed, seed+1, ...")
+@click.option("--fix-dim", "fix_dims", multiple=True, metavar="NAME=VALUE", help="Value of a symbolic dimension [default: 1].")
+@click.option("--time-source/--no-time-source", default=True, show_default=True, help="Also time a session from the source on the same EP.")
+@tolerance_options
+@output_options
+@reports_errors
+def verify_command(compiled: str, reference: str, ep: str | None, seed: int, runs: int, fix_dims: tuple[str, ...], time_source: bool,
+                   rtol: float, atol: float, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+    """Check COMPILED against its manifest, then its outputs against the source on the CPU EP (exit 5 on mismatch)."""
+    from ortcompile.errors import VerificationFailed
+    from ortcompile.native import set_ort_log_level
+    from ortcompile.render import verify_text
+    from ortcompile.shapes import parse_fix_dims
+    from ortcompile.verify import Tolerance, verify_model
+
+    set_ort_log_level(verbose)
+    result = verify_model(compiled, reference, ep=ep, tolerance=Tolerance(rtol, atol), seed=seed, runs=runs,
+                          fix_dims=parse_fix_dims(fix_dims), time_source=time_source)
+    report = result.to_json()
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    elif not quiet:
+        click.echo("\n".join(verify_text(report)))
+    if not result.ok:
+        raise VerificationFailed(result.failure())
 
 
 @main.command("eps")

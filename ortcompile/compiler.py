@@ -8,6 +8,7 @@ Usable from Python without click:
 
 from __future__ import annotations
 
+import collections
 import os
 import resource
 import sys
@@ -19,7 +20,7 @@ from typing import Any
 
 from ortcompile import __version__, eps
 from ortcompile.datapass import DataPass, WrittenFile
-from ortcompile.errors import CompilationFailed, OutputError
+from ortcompile.errors import CompilationFailed, OutputError, VerificationFailed
 from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
 from ortcompile.ortstep import compile_with_ort
@@ -28,6 +29,7 @@ from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, previous_outputs, remove_stale_stages
 from ortcompile.shapes import dimension_overrides, dynamic_inputs_hint
 from ortcompile.source import SourceModel, read_source
+from ortcompile.verify import Tolerance, verify_model
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,8 @@ class CompileOptions:
     fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
     require_compiled: bool | None = None  # None: required for EPs that compile, not for pass-through
     force: bool = False
+    verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
+    verify_tolerance: Tolerance = field(default_factory=Tolerance)
 
     def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
@@ -51,7 +55,7 @@ class CompileOptions:
             "fix_dims": dict(sorted(self.fix_dims.items())),
             "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
             "require_compiled": require_compiled,
-        }
+        }  # verify settings are left out: they do not change a byte of the output
 
 
 @dataclass
@@ -130,9 +134,12 @@ def compile_model(
             input_digest=input_digest.result(),
             versions=_versions(ep),
             options=options.recorded(ep.info.short_name, require),
-            epcontext_nodes=built.graph.epcontext_nodes,
+            nodes=_node_counts(source, built.graph),
         )
         _write_staged(staging.path / names.manifest, manifest_bytes(manifest))
+        if options.verify:
+            timings["verify"] = _verify_staged(staging.path / names.model, source, ep, overrides, options, reporter)
+            clock = time.perf_counter()
         reporter.stage("publishing")
         replaced = previous_outputs(out, names)
         staging.publish(_publish_order(built.files, names), replaced)
@@ -204,6 +211,28 @@ def _build(
     timings["graph_pass"] = time.perf_counter() - clock
     files = [(model_file, "model"), *((f, "data") for f in data_files), *((f, "ep_context") for f in blob_files)]
     return _Built(files, graph, data_pass.external_count, data_pass.inline_count)
+
+
+def _verify_staged(model: Path, source: SourceModel, ep: eps.ResolvedEp, dims: dict[str, int], options: CompileOptions, reporter: Reporter) -> float:
+    reporter.stage("verifying against the source")
+    clock = time.perf_counter()
+    report = verify_model(model, source.path, ep=ep, tolerance=options.verify_tolerance, fix_dims=dims, time_source=False)
+    if not report.ok:
+        raise VerificationFailed(f"not published: {report.failure()}")
+    worst = max((c.max_abs for run in report.runs for c in run["outputs"]), default=0.0)
+    reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
+    return time.perf_counter() - clock
+
+
+def _node_counts(source: SourceModel, graph: GraphSummary) -> dict[str, Any]:
+    """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
+    compiled = collections.Counter(source.op_counts)
+    compiled.subtract(graph.remaining_ops)
+    return {
+        "epcontext": graph.epcontext_nodes,
+        "compiled_ops": {op: n for op, n in sorted(compiled.items()) if n > 0},
+        "remaining_ops": graph.remaining_ops,
+    }
 
 
 def _publish_order(files: list[tuple[WrittenFile, str]], names: OutputNames) -> list[str]:

@@ -64,7 +64,7 @@ def build_manifest(
     input_digest: InputDigest,
     versions: dict[str, Any],
     options: dict[str, Any],
-    epcontext_nodes: int,
+    nodes: dict[str, Any],
 ) -> dict[str, Any]:
     return {
         "format": MANIFEST_FORMAT,
@@ -73,7 +73,7 @@ def build_manifest(
         "input": input_digest.to_json(),
         "versions": versions,
         "options": options,
-        "epcontext_nodes": epcontext_nodes,
+        "nodes": nodes,
     }
 
 

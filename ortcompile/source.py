@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import math
 import os
 from dataclasses import dataclass
@@ -51,6 +52,7 @@ class SourceModel:
     inputs: tuple[InputInfo, ...]
     external_files: tuple[Path, ...]  # resolved, each once, sorted
     proto_bytes: int
+    op_counts: dict[str, int]  # op type -> nodes, in the source graph
 
     @property
     def weight_bytes(self) -> int:
@@ -90,7 +92,8 @@ def read_source(path: Path) -> SourceModel:
     _check_external_extents(path, initializers)
     initializer_names = {t.name for t in initializers}
     inputs = tuple(_input_info(vi) for vi in model.graph.input if vi.name not in initializer_names)
-    return SourceModel(path, initializers, inputs, external_files, size)
+    op_counts = dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items()))
+    return SourceModel(path, initializers, inputs, external_files, size, op_counts)
 
 
 def _tensor_info(tensor: object, model_path: Path) -> TensorInfo:

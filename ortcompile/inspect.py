@@ -1,0 +1,222 @@
+"""`ortcompile inspect`: what a model contains, from its graph proto alone (weights are never read).
+
+Works on any ONNX model, compiled or not, and on one whose external files are missing. With a
+manifest beside the model, each output file is checked by size (and by sha256 with `check=True`).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortcompile.errors import InvalidModel, first_line
+from ortcompile.integrity import ManifestStatus, check_manifest
+from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
+from ortcompile.source import PROTOBUF_LIMIT
+
+INSPECT_FORMAT = "ortcompile-inspect/1"
+
+
+@dataclass
+class DataFileUse:
+    name: str
+    tensors: int = 0
+    referenced_bytes: int = 0  # sum of tensor lengths
+    end: int = 0  # highest offset + length referenced
+    size: int | None = None  # on disk; None when missing or unsafe
+    safe: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tensors": self.tensors,
+            "referenced_bytes": self.referenced_bytes,
+            "size": self.size,
+            "missing": self.safe and self.size is None,
+            "unsafe_path": not self.safe,
+            "short": self.size is not None and self.size < self.end,
+        }
+
+
+@dataclass
+class InspectReport:
+    model: Path
+    graph_bytes: int
+    opsets: dict[str, int]
+    inputs: list[dict[str, Any]]
+    outputs: list[dict[str, Any]]
+    epcontext: list[dict[str, Any]]
+    compiled_ops: dict[str, int]
+    remaining_ops: dict[str, int]
+    inline_initializers: int
+    inline_bytes: int
+    data_files: list[DataFileUse]
+    alignment: dict[str, Any]
+    manifest: ManifestStatus | None = None
+    problems: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        external = sum(f.tensors for f in self.data_files)
+        return {
+            "format": INSPECT_FORMAT,
+            "model": str(self.model),
+            "graph_bytes": self.graph_bytes,
+            "protobuf_headroom_bytes": PROTOBUF_LIMIT - self.graph_bytes,
+            "opsets": self.opsets,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "epcontext_nodes": self.epcontext,
+            "nodes": {"epcontext": len(self.epcontext), "compiled_ops": self.compiled_ops, "remaining_ops": self.remaining_ops},
+            "initializers": {
+                "inline": self.inline_initializers,
+                "inline_bytes": self.inline_bytes,
+                "external": external,
+                "files": [f.to_json() for f in self.data_files],
+            },
+            "alignment": self.alignment,
+            "manifest": self.manifest.to_json() if self.manifest else None,
+            "problems": self.problems,
+        }
+
+
+def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
+    import onnx
+
+    path = Path(model_path)
+    if not path.is_file():
+        raise InvalidModel(f"{path}: no such file")
+    try:
+        model = onnx.load_model(str(path), load_external_data=False)
+    except Exception as exc:
+        raise InvalidModel(f"{path}: not a valid ONNX model ({first_line(exc)})") from exc
+    if not model.HasField("graph"):
+        raise InvalidModel(f"{path}: parses as protobuf but is not an ONNX model with a graph")
+    manifest = check_manifest(path, hash_files=check)
+    align, threshold = _recorded_alignment(manifest)
+    data_files, alignment = _initializer_layout(model, path.parent, align, threshold)
+    epcontext = [_epcontext_entry(n, path.parent) for n in model.graph.node if n.op_type == "EPContext"]
+    inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    report = InspectReport(
+        model=path,
+        graph_bytes=path.stat().st_size,
+        opsets={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        inputs=[_value_info(v) for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}],
+        outputs=[_value_info(v) for v in model.graph.output],
+        epcontext=epcontext,
+        compiled_ops=manifest.manifest.get("nodes", {}).get("compiled_ops") or _compiled_ops(model),
+        remaining_ops=dict(sorted(collections.Counter(n.op_type for n in model.graph.node if n.op_type != "EPContext").items())),
+        inline_initializers=len(inline),
+        inline_bytes=sum(len(t.raw_data) for t in inline),
+        data_files=data_files,
+        alignment=alignment,
+        manifest=manifest if manifest.found else None,
+    )
+    report.problems = _problems(report)
+    return report
+
+
+def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:
+    layout = manifest.manifest.get("options", {}).get("layout", {}) if manifest.manifest else {}
+    return int(layout.get("align", DEFAULT_ALIGN)), int(layout.get("align_threshold", DEFAULT_ALIGN_THRESHOLD))
+
+
+def _initializer_layout(model: Any, directory: Path, align: int, threshold: int) -> tuple[list[DataFileUse], dict[str, Any]]:
+    import onnx
+
+    files: dict[str, DataFileUse] = {}
+    large, unaligned = 0, []
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        fields = {e.key: e.value for e in tensor.external_data}
+        location, offset, length = fields.get("location", ""), int(fields.get("offset", 0) or 0), int(fields.get("length", 0) or 0)
+        use = files.setdefault(location, _data_file(directory, location))
+        use.tensors += 1
+        use.referenced_bytes += length
+        use.end = max(use.end, offset + length)
+        if length >= threshold:
+            large += 1
+            if offset % align:
+                unaligned.append({"name": tensor.name, "file": location, "offset": offset, "length": length})
+    alignment = {"align": align, "threshold": threshold, "large_tensors": large, "aligned": large - len(unaligned), "unaligned": unaligned}
+    return sorted(files.values(), key=lambda f: f.name), alignment
+
+
+def _data_file(directory: Path, location: str) -> DataFileUse:
+    use = DataFileUse(location)
+    relative = Path(location)
+    base = directory.resolve()
+    if not location or relative.is_absolute() or ".." in relative.parts or not (base / relative).resolve().is_relative_to(base):
+        use.safe = False
+    elif (directory / relative).is_file():
+        use.size = (directory / relative).stat().st_size
+    return use
+
+
+def _attributes(node: Any) -> dict[str, Any]:
+    import onnx
+
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name != "ep_cache_context"}
+
+
+def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
+    attrs = _attributes(node)
+    cache = next((a.s for a in node.attribute if a.name == "ep_cache_context"), b"")
+    embed_mode = int(attrs.get("embed_mode", 1))
+    entry: dict[str, Any] = {
+        "name": node.name,
+        "source": _text(attrs.get("source")),
+        "partition_name": _text(attrs.get("partition_name")),
+        "main_context": int(attrs.get("main_context", 1)),
+        "embed_mode": embed_mode,
+        "ep_sdk_version": _text(attrs.get("ep_sdk_version")),
+        "blob": None,
+        "embedded_bytes": len(cache) if embed_mode == 1 else 0,
+    }
+    if embed_mode == 0 and cache:
+        use = _data_file(directory, cache.decode("utf-8", errors="replace"))
+        entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None, "unsafe_path": not use.safe}
+    return entry
+
+
+def _compiled_ops(model: Any) -> dict[str, int]:
+    """Without a manifest the replaced op types are unknown: count the partitions by EP instead."""
+    counter = collections.Counter(_text(_attributes(n).get("source")) or "unknown" for n in model.graph.node if n.op_type == "EPContext")
+    return dict(sorted(counter.items()))
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else ("" if value is None else str(value))
+
+
+def _value_info(value_info: Any) -> dict[str, Any]:
+    import onnx
+
+    tensor_type = value_info.type.tensor_type
+    dims: list[int | str] = []
+    for dim in tensor_type.shape.dim:
+        dims.append(int(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?"))
+    elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type) if tensor_type.elem_type else "UNDEFINED"
+    return {"name": value_info.name, "dtype": elem.lower(), "shape": dims, "dynamic": any(isinstance(d, str) for d in dims)}
+
+
+def _problems(report: InspectReport) -> list[str]:
+    problems = []
+    for use in report.data_files:
+        if not use.safe:
+            problems.append(f"external data path {use.name!r} is absolute or leaves the model's directory")
+        elif use.size is None:
+            problems.append(f"external data file {use.name!r} is missing")
+        elif use.size < use.end:
+            problems.append(f"external data file {use.name!r} has {use.size} bytes, tensors need {use.end}")
+    for node in report.epcontext:
+        blob = node["blob"]
+        if blob and blob["missing"]:
+            problems.append(f"EP context file {blob['location']!r} (node {node['name']!r}) is missing")
+        if blob and blob["unsafe_path"]:
+            problems.append(f"EP context path {blob['location']!r} (node {node['name']!r}) leaves the model's directory")
+    if report.manifest is not None:
+        problems += report.manifest.problems
+    return problems

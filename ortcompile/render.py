@@ -1,0 +1,89 @@
+"""Human-readable text for inspect and verify reports (the JSON forms come from their to_json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def human_size(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def _shape(io: dict[str, Any]) -> str:
+    return "[" + ",".join(str(d) if isinstance(d, int) else f"{d}*" for d in io["shape"]) + "]"
+
+
+def inspect_text(report: dict[str, Any]) -> list[str]:
+    lines = [
+        f"model      {report['model']}",
+        f"graph      {human_size(report['graph_bytes'])} proto, {human_size(report['protobuf_headroom_bytes'])} below the 2 GiB limit",
+        "opsets     " + ", ".join(f"{d} {v}" for d, v in sorted(report["opsets"].items())),
+    ]
+    for kind in ("inputs", "outputs"):
+        for io in report[kind]:
+            lines.append(f"{kind[:-1]:<10} {io['name']} {io['dtype']}{_shape(io)}{'  (* symbolic)' if io['dynamic'] else ''}")
+    nodes = report["nodes"]
+    compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none"
+    remaining = ", ".join(f"{op} {n}" for op, n in nodes["remaining_ops"].items()) or "none"
+    lines += [f"nodes      {nodes['epcontext']} EPContext; compiled: {compiled}; remaining: {remaining}"]
+    for node in report["epcontext_nodes"]:
+        where = f"embedded {human_size(node['embedded_bytes'])}" if node["embed_mode"] else _blob(node["blob"])
+        lines.append(f"epcontext  {node['name'] or '-'}: {node['source']} main={node['main_context']} embed={node['embed_mode']} "
+                     f"{where} sdk={node['ep_sdk_version'] or '-'} partition={node['partition_name']}")
+    inits = report["initializers"]
+    lines.append(f"weights    {inits['inline']} inline ({human_size(inits['inline_bytes'])}), {inits['external']} external")
+    for use in inits["files"]:
+        state = "MISSING" if use["missing"] else "UNSAFE PATH" if use["unsafe_path"] else "SHORT" if use["short"] else human_size(use["size"])
+        lines.append(f"  file     {use['name']}: {use['tensors']} tensors, {human_size(use['referenced_bytes'])} referenced, {state}")
+    align = report["alignment"]
+    lines.append(f"alignment  {align['aligned']}/{align['large_tensors']} tensors >= {human_size(align['threshold'])} at {align['align']}-byte offsets")
+    for item in align["unaligned"]:
+        lines.append(f"  unaligned {item['name']} in {item['file']} at {item['offset']}")
+    manifest = report["manifest"]
+    if manifest is None:
+        lines.append("manifest   none")
+    else:
+        how = "sizes and sha256" if manifest["hashed"] else "sizes only (--check hashes)"
+        lines.append(f"manifest   {manifest['path']}: {'ok' if manifest['ok'] else 'PROBLEMS'} ({how}, {len(manifest['files'])} files)")
+    lines += [f"problem    {p}" for p in report["problems"]]
+    return lines
+
+
+def _blob(blob: dict[str, Any] | None) -> str:
+    if not blob:
+        return "no blob (refers to the main context)"
+    state = "MISSING" if blob["missing"] else "UNSAFE PATH" if blob["unsafe_path"] else human_size(blob["size"])
+    return f"file {blob['location']} ({state})"
+
+
+def verify_text(report: dict[str, Any]) -> list[str]:
+    integrity = report["integrity"]
+    if not integrity["found"]:
+        lines = ["integrity  no manifest beside the model: files not checked"]
+    else:
+        lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {len(integrity['files'])} files, sizes and sha256"]
+        lines += [f"  problem  {p}" for p in integrity["problems"]]
+    if report["dims"]:
+        lines.append("dims       " + ", ".join(f"{k}={v}" for k, v in report["dims"].items()) + " (symbolic dims; --fix-dim to change)")
+    seconds = report["session_seconds"]
+    if "compiled" in seconds:
+        line = f"load       compiled {seconds['compiled']:.2f}s on {report['ep']}"
+        if seconds.get("source_on_ep") is not None:
+            line += f", source {seconds['source_on_ep']:.2f}s on the same EP"
+        if report["load_speedup"]:
+            line += f" ({report['load_speedup']}x faster)"
+        lines.append(line)
+    for run in report["runs"]:
+        for out in run["outputs"]:
+            verdict = "ok" if out["ok"] else "MISMATCH"
+            lines.append(f"output     {out['name']} seed={run['seed']}: {verdict}, max abs {out['max_abs']:.3g}, "
+                         f"max rel {out['max_rel']:.3g}, {out['mismatches']}/{out['total']} outside tolerance")
+    lines.append("result     " + ("ok" if report["ok"] else f"FAILED: {report['failure']}"))
+    return lines

@@ -1,0 +1,185 @@
+"""`ortcompile verify`: prove a compiled model computes what its source computes.
+
+Order matters for memory and for honesty: integrity first (a tampered file fails before anything
+runs); then one session at a time (compiled on its EP, the source on the same EP for the load-time
+comparison, the source on the CPU EP for reference outputs), each freed before the next, so a large
+model is never held twice.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ortcompile import eps
+from ortcompile.integrity import ManifestStatus, check_manifest
+from ortcompile.inputs import make_inputs
+from ortcompile.sessions import open_timed_session
+
+VERIFY_FORMAT = "ortcompile-verify/1"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    # QNN's HTP simulator matched the CPU EP to ~1e-6 on fp32 fixtures; these bounds leave room for
+    # EPs that compute in fp16 internally while still catching a wrong weight or a wrong graph.
+    rtol: float = 1e-3
+    atol: float = 1e-4
+
+
+@dataclass(frozen=True)
+class OutputComparison:
+    name: str
+    shape: list[int]
+    dtype: str
+    max_abs: float
+    max_rel: float
+    mismatches: int
+    total: int
+
+    @property
+    def ok(self) -> bool:
+        return self.mismatches == 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "ok": self.ok}
+
+
+@dataclass
+class VerifyReport:
+    compiled: Path
+    reference: Path
+    ep: str
+    tolerance: Tolerance
+    integrity: ManifestStatus
+    dims: dict[str, int] = field(default_factory=dict)
+    session_seconds: dict[str, float] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "outputs": [OutputComparison]}
+    error: str = ""
+
+    @property
+    def integrity_ok(self) -> bool:
+        return self.integrity.ok or not self.integrity.found
+
+    @property
+    def outputs_ok(self) -> bool:
+        return bool(self.runs) and all(c.ok for run in self.runs for c in run["outputs"])
+
+    @property
+    def ok(self) -> bool:
+        return self.integrity_ok and self.outputs_ok and not self.error
+
+    def failure(self) -> str:
+        """One line saying why verification failed."""
+        if not self.integrity_ok:
+            return "integrity check failed: " + "; ".join(self.integrity.problems)
+        if self.error:
+            return self.error
+        bad = [(run["seed"], c) for run in self.runs for c in run["outputs"] if not c.ok]
+        seed, worst = bad[0]
+        return (f"output {worst.name!r} differs from the source (seed {seed}): {worst.mismatches}/{worst.total} elements "
+                f"outside rtol={self.tolerance.rtol} atol={self.tolerance.atol}, max abs diff {worst.max_abs:.3g}")
+
+    def to_json(self) -> dict[str, Any]:
+        compiled_s, source_s = self.session_seconds.get("compiled"), self.session_seconds.get("source_on_ep")
+        return {
+            "format": VERIFY_FORMAT,
+            "ok": self.ok,
+            "compiled": str(self.compiled),
+            "reference": str(self.reference),
+            "ep": self.ep,
+            "tolerance": {"rtol": self.tolerance.rtol, "atol": self.tolerance.atol},
+            "integrity": self.integrity.to_json(),
+            "dims": self.dims,
+            "session_seconds": self.session_seconds,
+            "load_speedup": round(source_s / compiled_s, 2) if compiled_s and source_s else None,
+            "runs": [{"seed": r["seed"], "outputs": [c.to_json() for c in r["outputs"]]} for r in self.runs],
+            "failure": "" if self.ok else self.failure(),
+        }
+
+
+def verify_model(
+    compiled: str | Path,
+    reference: str | Path,
+    ep: str | eps.ResolvedEp | None = None,
+    tolerance: Tolerance | None = None,
+    seed: int = 0,
+    runs: int = 1,
+    fix_dims: dict[str, int] | None = None,
+    time_source: bool = True,
+) -> VerifyReport:
+    """Check integrity, then compare the compiled model on its EP with the source on the CPU EP."""
+    compiled, reference = Path(compiled), Path(reference)
+    integrity = check_manifest(compiled, hash_files=True)
+    recorded = integrity.manifest.get("options", {})  # by default, verify on the EP it was compiled for
+    if isinstance(ep, eps.ResolvedEp):
+        resolved = ep
+    else:
+        resolved = eps.resolve(ep or recorded.get("ep") or "auto", None if ep else recorded.get("ep_options"))
+    report = VerifyReport(compiled, reference, resolved.name, tolerance or Tolerance(), integrity)
+    if not report.integrity_ok:
+        return report
+    dims = dict(fix_dims or {})
+    seeds = [seed + i for i in range(max(1, runs))]
+
+    timed = open_timed_session(compiled, resolved, dims)
+    report.session_seconds["compiled"] = round(timed.seconds, 3)
+    compiled_outputs, report.dims = _run_all(timed.session, seeds, dims)
+    del timed
+    gc.collect()
+
+    if time_source and resolved.name != eps.CPU_EP:
+        source_timed = open_timed_session(reference, resolved, dims)
+        report.session_seconds["source_on_ep"] = round(source_timed.seconds, 3)
+        del source_timed
+        gc.collect()
+
+    reference_timed = open_timed_session(reference, None, dims)
+    report.session_seconds["source_on_cpu"] = round(reference_timed.seconds, 3)
+    if resolved.name == eps.CPU_EP:
+        report.session_seconds["source_on_ep"] = report.session_seconds["source_on_cpu"]
+    expected_outputs, _ = _run_all(reference_timed.session, seeds, dims)
+    del reference_timed
+    gc.collect()
+
+    for seed_value, got, want in zip(seeds, compiled_outputs, expected_outputs):
+        report.runs.append({"seed": seed_value, "outputs": [_compare(n, got[n], want.get(n), report.tolerance) for n in got]})
+    return report
+
+
+def _run_all(session: Any, seeds: list[int], dims: dict[str, int]) -> tuple[list[dict[str, np.ndarray]], dict[str, int]]:
+    names = [o.name for o in session.get_outputs()]
+    results, used = [], {}
+    for seed in seeds:
+        feeds, used = make_inputs(session, seed, dims)
+        results.append(dict(zip(names, session.run(names, feeds))))
+    return results, used
+
+
+def _compare(name: str, got: np.ndarray, want: np.ndarray | None, tolerance: Tolerance) -> OutputComparison:
+    got = np.asarray(got)
+    if want is None or np.asarray(want).shape != got.shape:
+        return OutputComparison(name, list(got.shape), str(got.dtype), float("inf"), float("inf"), int(got.size) or 1, int(got.size))
+    want = np.asarray(want)
+    if got.dtype.kind not in "fc":
+        mismatched = int(np.count_nonzero(got != want))
+        diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0)) if got.dtype.kind in "iub" else float(mismatched)
+        return OutputComparison(name, list(got.shape), str(got.dtype), diff, diff, mismatched, int(got.size))
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    close = np.isclose(g, w, rtol=tolerance.rtol, atol=tolerance.atol, equal_nan=True)
+    both_finite = np.isfinite(g) & np.isfinite(w)
+    abs_diff = np.where(both_finite, np.abs(g - w), 0.0)
+    rel_diff = abs_diff / np.maximum(np.abs(w), max(tolerance.atol, 1e-30))  # near zero, relative error means nothing
+    return OutputComparison(
+        name,
+        list(got.shape),
+        str(got.dtype),
+        float(abs_diff.max(initial=0.0)),
+        float(rel_diff.max(initial=0.0)),
+        int(close.size - np.count_nonzero(close)),
+        int(got.size),
+    )
