@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from ortcompile.compiler import CompileOptions, CompileResult, compile_model
+    from ortcompile.compiler import compile_model
+    from ortcompile.options import CompileOptions, CompileResult
     from ortcompile.plan import LayoutPolicy
 
 _LAZY = {
-    "CompileOptions": "ortcompile.compiler",
-    "CompileResult": "ortcompile.compiler",
+    "CompileOptions": "ortcompile.options",
+    "CompileResult": "ortcompile.options",
     "compile_model": "ortcompile.compiler",
     "LayoutPolicy": "ortcompile.plan",
 }

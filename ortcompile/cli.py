@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
+import signal
 import sys
 import traceback
 from typing import Any, Callable
@@ -12,9 +14,7 @@ from typing import Any, Callable
 import click
 
 from ortcompile import __version__
-from ortcompile.errors import OrtCompileError
-
-EXIT_INTERRUPTED = 130
+from ortcompile.errors import Interrupted, OrtCompileError
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
@@ -56,18 +56,33 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         verbose, debug = kwargs.get("verbose", False), kwargs.get("debug", False)
+        _raise_on_termination_signals()
         try:
             return func(*args, **kwargs)
         except OrtCompileError as exc:
             _fail(f"error: {exc.message}", exc.exit_code, exc.detail if (verbose or debug) else None, debug)
-        except KeyboardInterrupt:
-            _fail("interrupted; the output directory was left as it was", EXIT_INTERRUPTED, None, debug)
+        except KeyboardInterrupt as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            click.echo(f"ortcompile: interrupted ({signal.Signals(signum).name}); nothing was published", err=True)
+            sys.stderr.flush()
+            # The EP may still be compiling in its worker thread: end the process now, without waiting for it.
+            os._exit(128 + signum)
         except click.exceptions.Exit:
             raise
         except Exception as exc:  # a bug in ortcompile: say so, keep the traceback behind --debug
             _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", 1, None, debug)
 
     return wrapper
+
+
+def _raise_on_termination_signals() -> None:
+    """SIGINT and SIGTERM (CI timeouts, make being stopped) end the run the same way: staged files removed."""
+
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signum)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, handler)
 
 
 def _fail(message: str, code: int, detail: str | None, debug: bool) -> None:

@@ -13,87 +13,24 @@ import os
 import resource
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ortcompile import __version__, eps
 from ortcompile.datapass import DataPass, WrittenFile
-from ortcompile.errors import CompilationFailed, OutputError, VerificationFailed
-from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
+from ortcompile.errors import CompilationFailed, VerificationFailed
+from ortcompile.graphpass import GraphSummary, write_graph
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
+from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.ortstep import compile_with_ort
-from ortcompile.plan import DataLayout, LayoutPolicy
+from ortcompile.plan import DataLayout
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, previous_outputs, remove_stale_stages
+from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, remove_stale_stages
 from ortcompile.shapes import dimension_overrides, dynamic_inputs_hint
 from ortcompile.source import SourceModel, read_source
-from ortcompile.verify import Tolerance, verify_model
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    ep: str = "auto"
-    ep_options: dict[str, str] = field(default_factory=dict)
-    layout: LayoutPolicy = field(default_factory=LayoutPolicy)
-    embed: EmbedPolicy = "auto"
-    fix_dims: dict[str, int] = field(default_factory=dict)
-    fix_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-    require_compiled: bool | None = None  # None: required for EPs that compile, not for pass-through
-    force: bool = False
-    verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
-    verify_tolerance: Tolerance = field(default_factory=Tolerance)
-
-    def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
-        """The options that shape the output, as the manifest records them (no paths, no --force)."""
-        return {
-            "ep": ep_name,
-            "ep_options": dict(sorted(self.ep_options.items())),
-            "layout": asdict(self.layout),
-            "embed": self.embed,
-            "fix_dims": dict(sorted(self.fix_dims.items())),
-            "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
-            "require_compiled": require_compiled,
-        }  # verify settings are left out: they do not change a byte of the output
-
-
-@dataclass
-class CompileResult:
-    source: Path
-    output_dir: Path
-    model: str
-    ep: str
-    ep_version: str
-    files: list[dict[str, Any]]
-    epcontext_nodes: int
-    remaining_ops: dict[str, int]
-    graph_bytes: int
-    external_initializers: int
-    inline_initializers: int
-    timings: dict[str, float]
-    peak_rss_bytes: int
-
-    @property
-    def model_path(self) -> Path:
-        return self.output_dir / self.model
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": str(self.source),
-            "output_dir": str(self.output_dir),
-            "model": str(self.model_path),
-            "ep": self.ep,
-            "ep_version": self.ep_version,
-            "files": self.files,
-            "total_bytes": sum(f["size"] for f in self.files),
-            "epcontext_nodes": self.epcontext_nodes,
-            "remaining_ops": self.remaining_ops,
-            "graph_bytes": self.graph_bytes,
-            "initializers": {"external": self.external_initializers, "inline": self.inline_initializers},
-            "timings": {k: round(v, 3) for k, v in self.timings.items()},
-            "peak_rss_bytes": self.peak_rss_bytes,
-        }
+from ortcompile.verify import verify_model
 
 
 def compile_model(
@@ -103,63 +40,87 @@ def compile_model(
     reporter: Reporter | None = None,
 ) -> CompileResult:
     """Compile one model into `output_dir` atomically; raise an OrtCompileError subclass on failure."""
-    options = options or CompileOptions()
-    reporter = reporter or SilentReporter()
-    timings: dict[str, float] = {}
-    clock = time.perf_counter()
-    reporter.stage("reading model")
-    source = read_source(Path(source_path))
-    ep = eps.resolve(options.ep, options.ep_options)
-    overrides = dimension_overrides(source, options.fix_dims, options.fix_shapes)
-    require = ep.info.compiles if options.require_compiled is None else options.require_compiled
-    names = OutputNames.for_source(source.path)
-    out = Path(output_dir)
-    prepare_output_dir(out)
-    check_destination(out, names, options.force, [source.path, *source.external_files])
-    for stale in remove_stale_stages(out):
-        reporter.detail(f"removed stale staging directory {stale.name} left by a killed run")
-    reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; EP {ep.name} {ep.version}")
-    timings["read"] = time.perf_counter() - clock
+    job = _Job.plan(Path(source_path), Path(output_dir), options or CompileOptions(), reporter or SilentReporter())
+    digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
+    try:
+        input_digest = digester.submit(digest_inputs, job.source.path, job.source.external_files)
+        with Staging(job.output_dir) as staging:
+            return job.run(staging, input_digest)
+    finally:
+        digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(out) as staging:
-        input_digest = digester.submit(digest_inputs, source.path, source.external_files)
+
+@dataclass
+class _Job:
+    """One model's compile: everything decided up front, then run into a staging directory."""
+
+    source: SourceModel
+    ep: eps.ResolvedEp
+    output_dir: Path
+    names: OutputNames
+    options: CompileOptions
+    overrides: dict[str, int]
+    require_compiled: bool
+    reporter: Reporter
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> _Job:
+        """Every check that can fail before work starts: input, EP, shapes, destination."""
+        clock = time.perf_counter()
+        reporter.stage("reading model")
+        source = read_source(source_path)
+        ep = eps.resolve(options.ep, options.ep_options)
+        overrides = dimension_overrides(source, options.fix_dims, options.fix_shapes)
+        require = ep.info.compiles if options.require_compiled is None else options.require_compiled
+        names = OutputNames.for_source(source.path)
+        prepare_output_dir(output_dir)
+        check_destination(output_dir, names, options.force, [source.path, *source.external_files])
+        for stale in remove_stale_stages(output_dir):
+            reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
+        reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
+                        f"EP {ep.name} {ep.version}")
+        job = cls(source, ep, output_dir, names, options, overrides, require, reporter)
+        job.timings["read"] = time.perf_counter() - clock
+        return job
+
+    def run(self, staging: Staging, input_digest: Future[InputDigest]) -> CompileResult:
         try:
-            built = _build(source, ep, staging.path, names, options, overrides, require, reporter, timings)
+            built = _build(self, staging.path)
         finally:
-            reporter.close()
+            self.reporter.close()
         clock = time.perf_counter()
         manifest = build_manifest(
-            model_name=names.model,
+            model_name=self.names.model,
             files=built.files,
             input_digest=input_digest.result(),
-            versions=_versions(ep),
-            options=options.recorded(ep.info.short_name, require),
-            nodes=_node_counts(source, built.graph),
+            versions=_versions(self.ep),
+            options=self.options.recorded(self.ep.info.short_name, self.require_compiled),
+            nodes=_node_counts(self.source, built.graph),
         )
-        _write_staged(staging.path / names.manifest, manifest_bytes(manifest))
-        if options.verify:
-            timings["verify"] = _verify_staged(staging.path / names.model, source, ep, overrides, options, reporter)
+        _write_staged(staging.path / self.names.manifest, manifest_bytes(manifest))
+        if self.options.verify:
+            _verify_staged(self, staging.path / self.names.model)
             clock = time.perf_counter()
-        reporter.stage("publishing")
-        replaced = previous_outputs(out, names)
-        staging.publish(_publish_order(built.files, names), replaced)
-        timings["publish"] = time.perf_counter() - clock
-    reporter.stage(f"wrote {out / names.model}")
-    return CompileResult(
-        source=source.path,
-        output_dir=out,
-        model=names.model,
-        ep=ep.name,
-        ep_version=ep.version,
-        files=manifest["files"],
-        epcontext_nodes=built.graph.epcontext_nodes,
-        remaining_ops=built.graph.remaining_ops,
-        graph_bytes=built.graph.graph_bytes,
-        external_initializers=built.external_count,
-        inline_initializers=built.inline_count,
-        timings=timings,
-        peak_rss_bytes=peak_rss_bytes(),
-    )
+        self.reporter.stage("publishing")
+        staging.publish(_publish_order(built.files, self.names), self.names, self.options.force)
+        self.timings["publish"] = time.perf_counter() - clock
+        self.reporter.stage(f"wrote {self.output_dir / self.names.model}")
+        return CompileResult(
+            source=self.source.path,
+            output_dir=self.output_dir,
+            model=self.names.model,
+            ep=self.ep.name,
+            ep_version=self.ep.version,
+            files=manifest["files"],
+            epcontext_nodes=built.graph.epcontext_nodes,
+            remaining_ops=built.graph.remaining_ops,
+            graph_bytes=built.graph.graph_bytes,
+            external_initializers=built.external_count,
+            inline_initializers=built.inline_count,
+            timings=self.timings,
+            peak_rss_bytes=peak_rss_bytes(),
+        )
 
 
 @dataclass
@@ -170,18 +131,10 @@ class _Built:
     inline_count: int
 
 
-def _build(
-    source: SourceModel,
-    ep: eps.ResolvedEp,
-    staging_dir: Path,
-    names: OutputNames,
-    options: CompileOptions,
-    overrides: dict[str, int],
-    require: bool,
-    reporter: Reporter,
-    timings: dict[str, float],
-) -> _Built:
+def _build(job: _Job, staging_dir: Path) -> _Built:
     """Passes 1 and 2 into the staging directory."""
+    source, ep, names, options, reporter = job.source, job.ep, job.names, job.options, job.reporter
+    overrides, require, timings = job.overrides, job.require_compiled, job.timings
     clock = time.perf_counter()
     reporter.stage(f"compiling with {ep.name}" if ep.info.compiles else "laying out weights (no EP compilation)")
 
@@ -213,15 +166,16 @@ def _build(
     return _Built(files, graph, data_pass.external_count, data_pass.inline_count)
 
 
-def _verify_staged(model: Path, source: SourceModel, ep: eps.ResolvedEp, dims: dict[str, int], options: CompileOptions, reporter: Reporter) -> float:
-    reporter.stage("verifying against the source")
+def _verify_staged(job: _Job, model: Path) -> None:
+    """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
+    job.reporter.stage("verifying against the source")
     clock = time.perf_counter()
-    report = verify_model(model, source.path, ep=ep, tolerance=options.verify_tolerance, fix_dims=dims, time_source=False)
+    report = verify_model(model, job.source.path, ep=job.ep, tolerance=job.options.verify_tolerance, fix_dims=job.overrides, time_source=False)
     if not report.ok:
         raise VerificationFailed(f"not published: {report.failure()}")
     worst = max((c.max_abs for run in report.runs for c in run["outputs"]), default=0.0)
-    reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
-    return time.perf_counter() - clock
+    job.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
+    job.timings["verify"] = time.perf_counter() - clock
 
 
 def _node_counts(source: SourceModel, graph: GraphSummary) -> dict[str, Any]:
@@ -262,4 +216,4 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-__all__ = ["CompileOptions", "CompileResult", "compile_model", "OutputError"]
+__all__ = ["CompileOptions", "CompileResult", "compile_model"]

@@ -44,6 +44,14 @@ class VerificationFailed(OrtCompileError):
     exit_code = 5
 
 
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM: the run stops, nothing is published, exit 128 + signal number."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
 class EpUnavailable(UsageError):
     """The requested execution provider is not installed or claims no device here."""
 

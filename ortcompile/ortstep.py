@@ -7,6 +7,7 @@ goes (we write it there and then), and finally streams the now-small graph proto
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -42,14 +43,20 @@ class _GraphBuffer:
 
 
 class _CallbackGuard:
-    """Remembers the first exception raised inside an ORT callback: ORT only passes on its text."""
+    """Remembers the first exception raised inside an ORT callback: ORT only passes on its text.
+
+    Once cancelled (the user interrupted), every later callback fails, which makes ORT stop early.
+    """
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
+        self.cancelled = False
 
     def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
         def guarded(*args: Any) -> Any:
             try:
+                if self.cancelled:
+                    raise CompilationFailed("interrupted")
                 return func(*args)
             except BaseException as exc:  # KeyboardInterrupt too: it must end the compile, not vanish
                 self.error = self.error or exc
@@ -76,8 +83,15 @@ def compile_with_ort(
         data_pass.abandon()
         _CALLBACK_UNSUPPORTED_EPS.add(ep.name)
         on_fallback(f"{ep.name} does not support the EP-context write callback; it writes its own blob files")
+    except BaseException:
+        data_pass.abandon()
+        raise
     data_pass = make_data_pass()
-    return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False), data_pass
+    try:
+        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False), data_pass
+    except BaseException:
+        data_pass.abandon()
+        raise
 
 
 class _CallbackRefused(Exception):
@@ -111,10 +125,38 @@ def _attempt(
     graph = _GraphBuffer()
     try:
         with native_stdout_to_stderr():
-            compiler.compile_to_stream(guard.wrap(graph.write))
+            _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard)
     except Exception as exc:
         _raise_translated(exc, guard.error, ep)
     return OrtOutput(graph.buffer.getvalue(), sink)
+
+
+def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
+    """Run ORT's compile in a worker thread so Ctrl-C/SIGTERM reach the main thread at once.
+
+    ORT releases the GIL while it compiles, but a signal handler only runs in the main thread between
+    Python bytecodes: with the compile in the main thread, Ctrl-C would wait for the EP (minutes).
+    The worker is a daemon: on interrupt we stop waiting, the staging directory is removed, and the
+    process exits without waiting for the EP to finish.
+    """
+    outcome: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            work()
+        except BaseException as exc:  # handed to the main thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=target, name="ortcompile-compile", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+    except BaseException:
+        guard.cancelled = True
+        raise
+    if outcome:
+        raise outcome[0]
 
 
 def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: ResolvedEp) -> None:

@@ -4,21 +4,27 @@ The staging directory lives inside the output directory (same filesystem, so ren
 is named `.ortcompile-stage-<pid>-<random>`; a run that finds one whose process is gone removes it, so a
 killed run never leaves junk that a later run could mistake for output. Files move into place data
 first, then the model, then the manifest: a model never points at bytes that are not there yet.
+Publishing is serialized per directory and journaled, so a kill between two renames is completed by
+the next run instead of leaving a mix of two outputs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from ortcompile.errors import OutputError
 
 STAGE_PREFIX = ".ortcompile-stage-"
+JOURNAL = "publish.journal"  # inside a stage: the renames to finish if the publisher was killed
 
 
 @dataclass(frozen=True)
@@ -106,15 +112,53 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
+@contextlib.contextmanager
+def directory_lock(directory: Path) -> Iterator[None]:
+    """Serialize publishing into one directory across processes (flock on the directory itself: no lock file)."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock; a killed process releases it too
+
+
 def remove_stale_stages(output_dir: Path) -> list[Path]:
-    """Delete staging directories left by killed runs (their process no longer exists)."""
+    """Clean up after killed runs (their process no longer exists).
+
+    A stage with a committed journal was killed while renaming into place: finish its renames, so the
+    destination holds that complete output. Any other stale stage never published anything: delete it.
+    """
     removed = []
-    for entry in output_dir.glob(STAGE_PREFIX + "*"):
+    for entry in sorted(output_dir.glob(STAGE_PREFIX + "*")):
         pid_text = entry.name[len(STAGE_PREFIX) :].split("-", 1)[0]
         if pid_text.isdigit() and not _process_alive(int(pid_text)):
+            journal = _read_journal(entry)
+            if journal is not None:
+                _apply_journal(entry, output_dir, journal)
             shutil.rmtree(entry, ignore_errors=True)
             removed.append(entry)
     return removed
+
+
+def _read_journal(stage: Path) -> dict[str, list[str]] | None:
+    try:
+        journal = json.loads((stage / JOURNAL).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(journal, dict):
+        return None
+    return {key: [n for n in journal.get(key, []) if isinstance(n, str) and _plain_name(n)] for key in ("move", "delete")}
+
+
+def _apply_journal(stage: Path, output_dir: Path, journal: dict[str, list[str]]) -> None:
+    """Idempotent: files already moved are skipped, so a crash during this is recovered the same way."""
+    for name in journal["move"]:
+        if (stage / name).exists():
+            os.replace(stage / name, output_dir / name)
+    _fsync_dir(output_dir)
+    for name in journal["delete"]:
+        (output_dir / name).unlink(missing_ok=True)
 
 
 class Staging:
@@ -134,17 +178,34 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def publish(self, ordered_names: list[str], replaced: list[str]) -> None:
-        """Rename staged files into place in the given order; then drop earlier outputs no longer produced."""
+    def publish(self, ordered_names: list[str], names: OutputNames, force: bool) -> None:
+        """Move staged files into place in order (data, model, manifest), then drop outputs no longer produced.
+
+        Under the directory lock: recover killed publishes first, re-check --force (another process may
+        have published since we started), then commit a journal so a kill mid-rename is finished later.
+        """
         try:
-            for name in ordered_names:
-                os.replace(self.path / name, self.output_dir / name)
-            _fsync_dir(self.output_dir)
-            for name in replaced:
-                if name not in ordered_names:
-                    (self.output_dir / name).unlink(missing_ok=True)
+            with directory_lock(self.output_dir):
+                remove_stale_stages(self.output_dir)
+                existing = previous_outputs(self.output_dir, names)
+                if existing and not force:
+                    raise OutputError(f"{self.output_dir / existing[0]} already exists; pass --force to replace it")
+                journal = {"move": ordered_names, "delete": [n for n in existing if n not in ordered_names]}
+                _write_journal(self.path, journal)
+                _apply_journal(self.path, self.output_dir, journal)
         except OSError as exc:
             raise output_error(exc, f"outputs into {self.output_dir}") from exc
+
+
+def _write_journal(stage: Path, journal: dict[str, list[str]]) -> None:
+    """Write then rename: the journal exists complete or not at all."""
+    pending = stage / (JOURNAL + ".tmp")
+    with open(pending, "w") as stream:
+        json.dump(journal, stream)
+        stream.flush()
+        os.fsync(stream.fileno())
+    os.replace(pending, stage / JOURNAL)
+    _fsync_dir(stage)
 
 
 def _fsync_dir(directory: Path) -> None:
