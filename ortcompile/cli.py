@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
 import os
 import re
 import signal
 import sys
 import traceback
+from pathlib import Path
 from typing import Any, Callable
 
 import click
@@ -114,13 +116,15 @@ def main() -> None:
 @click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
 @click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs].")
 @click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
+@click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
+@click.option("--depfile", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write a Make dependency file (like gcc -MD).")
 @click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
 @tolerance_options
 @output_options
 @reports_errors
 def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[str, ...], inline_threshold: int, align: int,
                     align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[str, ...], fix_shapes: tuple[str, ...],
-                    require_compiled: bool | None, force: bool, verify: bool, rtol: float, atol: float,
+                    require_compiled: bool | None, force: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
                     quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.compiler import CompileOptions, compile_model
@@ -129,7 +133,7 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
     from ortcompile.plan import LayoutPolicy
     from ortcompile.progress import TerminalReporter
     from ortcompile.shapes import parse_fix_dims, parse_fix_shapes
-    from ortcompile.verify import Tolerance
+    from ortcompile.options import Tolerance
 
     set_ort_log_level(verbose)
     options = CompileOptions(
@@ -143,11 +147,17 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
         force=force,
         verify=verify,
         verify_tolerance=Tolerance(rtol, atol),
+        if_changed=if_changed,
     )
     results = []
-    for model in models:
+    for model in models:  # one at a time: each model's sessions are freed before the next starts
         reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
         results.append(compile_model(model, output_dir, options, reporter))
+        gc.collect()
+    if depfile:
+        from ortcompile.incremental import depfile_rule, write_depfile
+
+        write_depfile(Path(depfile), [depfile_rule(r.model_path, r.inputs) for r in results])
     if as_json:
         click.echo(json.dumps({"outputs": [r.to_json() for r in results]}, indent=2))
     elif not quiet:
@@ -158,6 +168,8 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
 def _summary_line(result: Any) -> str:
     from ortcompile.render import human_size
 
+    if result.up_to_date:
+        return f"{result.model_path}: up to date"
     total = sum(f["size"] for f in result.files)
     nodes = f"{result.epcontext_nodes} EPContext node{'s' if result.epcontext_nodes != 1 else ''}"
     return f"{result.model_path}: {nodes}, {len(result.files)} files, {human_size(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep})"
@@ -202,7 +214,8 @@ def verify_command(compiled: str, reference: str, ep: str | None, seed: int, run
     from ortcompile.native import set_ort_log_level
     from ortcompile.render import verify_text
     from ortcompile.shapes import parse_fix_dims
-    from ortcompile.verify import Tolerance, verify_model
+    from ortcompile.options import Tolerance
+    from ortcompile.verify import verify_model
 
     set_ort_log_level(verbose)
     result = verify_model(compiled, reference, ep=ep, tolerance=Tolerance(rtol, atol), seed=seed, runs=runs,

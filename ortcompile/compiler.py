@@ -9,6 +9,8 @@ Usable from Python without click:
 from __future__ import annotations
 
 import collections
+import dataclasses
+import json
 import os
 import resource
 import sys
@@ -22,6 +24,7 @@ from ortcompile import __version__, eps
 from ortcompile.datapass import DataPass, WrittenFile
 from ortcompile.errors import CompilationFailed, VerificationFailed
 from ortcompile.graphpass import GraphSummary, write_graph
+from ortcompile.incremental import why_not_up_to_date, write_stamp
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.ortstep import compile_with_ort
@@ -30,7 +33,6 @@ from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, remove_stale_stages
 from ortcompile.shapes import dimension_overrides, dynamic_inputs_hint
 from ortcompile.source import SourceModel, read_source
-from ortcompile.verify import verify_model
 
 
 def compile_model(
@@ -40,7 +42,13 @@ def compile_model(
     reporter: Reporter | None = None,
 ) -> CompileResult:
     """Compile one model into `output_dir` atomically; raise an OrtCompileError subclass on failure."""
-    job = _Job.plan(Path(source_path), Path(output_dir), options or CompileOptions(), reporter or SilentReporter())
+    options, reporter = options or CompileOptions(), reporter or SilentReporter()
+    if options.if_changed:
+        current = _current_output(Path(source_path), Path(output_dir), options, reporter)
+        if current is not None:
+            return current
+        options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
+    job = _Job.plan(Path(source_path), Path(output_dir), options, reporter)
     digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
     try:
         input_digest = digester.submit(digest_inputs, job.source.path, job.source.external_files)
@@ -48,6 +56,18 @@ def compile_model(
             return job.run(staging, input_digest)
     finally:
         digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
+
+
+def _current_output(source: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileResult | None:
+    """The published result when it is up to date (checked without loading onnx or onnxruntime)."""
+    clock = time.perf_counter()
+    reason = why_not_up_to_date(source, output_dir, options)
+    if reason:
+        reporter.detail(f"{source.name}: rebuilding: {reason}")
+        return None
+    manifest = json.loads((output_dir / OutputNames.for_source(source).manifest).read_text())
+    reporter.stage(f"{output_dir / manifest['model']} is up to date")
+    return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
 
 @dataclass
@@ -97,6 +117,7 @@ class _Job:
             versions=_versions(self.ep),
             options=self.options.recorded(self.ep.info.short_name, self.require_compiled),
             nodes=_node_counts(self.source, built.graph),
+            initializers={"external": built.external_count, "inline": built.inline_count},
         )
         _write_staged(staging.path / self.names.manifest, manifest_bytes(manifest))
         if self.options.verify:
@@ -105,6 +126,7 @@ class _Job:
         self.reporter.stage("publishing")
         staging.publish(_publish_order(built.files, self.names), self.names, self.options.force)
         self.timings["publish"] = time.perf_counter() - clock
+        write_stamp(self.output_dir, self.names, self.source.path, input_digest.result())
         self.reporter.stage(f"wrote {self.output_dir / self.names.model}")
         return CompileResult(
             source=self.source.path,
@@ -120,6 +142,7 @@ class _Job:
             inline_initializers=built.inline_count,
             timings=self.timings,
             peak_rss_bytes=peak_rss_bytes(),
+            inputs=[self.source.path, *(self.source.path.parent / e.location for e in self.source.external_refs)],
         )
 
 
@@ -168,6 +191,8 @@ def _build(job: _Job, staging_dir: Path) -> _Built:
 
 def _verify_staged(job: _Job, model: Path) -> None:
     """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
+    from ortcompile.verify import verify_model  # numpy and sessions: only when asked
+
     job.reporter.stage("verifying against the source")
     clock = time.perf_counter()
     report = verify_model(model, job.source.path, ep=job.ep, tolerance=job.options.verify_tolerance, fix_dims=job.overrides, time_source=False)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,8 @@ class InputDigest:
     """sha256 of the model file and of every external data file it references (paths relative to it)."""
 
     files: tuple[tuple[str, int, str], ...]  # (relative name, size, sha256)
+    fingerprints: tuple[dict[str, int], ...] = ()  # os.stat taken just before each hash (for --if-changed)
+    hashed_at_ns: int = 0
 
     @property
     def combined(self) -> str:
@@ -48,13 +51,21 @@ class InputDigest:
         }
 
 
+def _fingerprint(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
+    """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
     base = model_path.resolve().parent
-    entries = []
+    hashed_at = time.time_ns()
+    entries, fingerprints = [], []
     for path in [model_path.resolve(), *external_files]:
+        fingerprints.append(_fingerprint(path))
         written = hash_file(path)
         entries.append((path.relative_to(base).as_posix(), written.size, written.sha256))
-    return InputDigest(tuple(entries))
+    return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
 
 
 def build_manifest(
@@ -65,6 +76,7 @@ def build_manifest(
     versions: dict[str, Any],
     options: dict[str, Any],
     nodes: dict[str, Any],
+    initializers: dict[str, int],
 ) -> dict[str, Any]:
     return {
         "format": MANIFEST_FORMAT,
@@ -74,6 +86,7 @@ def build_manifest(
         "versions": versions,
         "options": options,
         "nodes": nodes,
+        "initializers": initializers,
     }
 
 

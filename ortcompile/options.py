@@ -8,7 +8,14 @@ from typing import Any
 
 from ortcompile.graphpass import EmbedPolicy
 from ortcompile.plan import LayoutPolicy
-from ortcompile.verify import Tolerance
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    # QNN's HTP simulator matched the CPU EP to ~1e-6 on fp32 fixtures; these bounds leave room for
+    # EPs that compute in fp16 internally while still catching a wrong weight or a wrong graph.
+    rtol: float = 1e-3
+    atol: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -23,6 +30,7 @@ class CompileOptions:
     force: bool = False
     verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
     verify_tolerance: Tolerance = field(default_factory=Tolerance)
+    if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
 
     def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
@@ -52,6 +60,22 @@ class CompileResult:
     inline_initializers: int
     timings: dict[str, float]
     peak_rss_bytes: int
+    inputs: list[Path]  # the source model and its external data files, as paths from the caller's cwd
+    up_to_date: bool = False
+
+    @classmethod
+    def from_manifest(cls, source: Path, output_dir: Path, manifest: dict[str, Any], seconds: float, peak_rss: int) -> CompileResult:
+        """The result of a compile that found its output current and did nothing."""
+        nodes, inits = manifest.get("nodes", {}), manifest.get("initializers", {})
+        model = manifest["model"]
+        return cls(
+            source=source, output_dir=output_dir, model=model, ep=manifest["versions"]["ep"]["name"],
+            ep_version=manifest["versions"]["ep"]["version"], files=manifest["files"],
+            epcontext_nodes=nodes.get("epcontext", 0), remaining_ops=nodes.get("remaining_ops", {}),
+            graph_bytes=(output_dir / model).stat().st_size, external_initializers=inits.get("external", 0),
+            inline_initializers=inits.get("inline", 0), timings={"check": seconds}, peak_rss_bytes=peak_rss,
+            inputs=[source.parent / f["name"] for f in manifest["input"]["files"]], up_to_date=True,
+        )
 
     @property
     def model_path(self) -> Path:
@@ -72,4 +96,5 @@ class CompileResult:
             "initializers": {"external": self.external_initializers, "inline": self.inline_initializers},
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
             "peak_rss_bytes": self.peak_rss_bytes,
+            "up_to_date": self.up_to_date,
         }

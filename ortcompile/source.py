@@ -59,6 +59,15 @@ class SourceModel:
         return sum(t.nbytes for t in self.initializers)
 
     @property
+    def external_refs(self) -> list[ExternalRef]:
+        """One reference per external data file, in the order of `external_files`."""
+        seen: dict[str, ExternalRef] = {}
+        for tensor in self.initializers:
+            if tensor.external and tensor.external.location not in seen:
+                seen[tensor.external.location] = tensor.external
+        return sorted(seen.values(), key=lambda ref: (self.path.resolve().parent / ref.location).resolve())
+
+    @property
     def dynamic_inputs(self) -> list[InputInfo]:
         return [i for i in self.inputs if i.is_dynamic]
 

@@ -17,18 +17,11 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.integrity import ManifestStatus, check_manifest
+from ortcompile.options import Tolerance
 from ortcompile.inputs import make_inputs
 from ortcompile.sessions import open_timed_session
 
 VERIFY_FORMAT = "ortcompile-verify/1"
-
-
-@dataclass(frozen=True)
-class Tolerance:
-    # QNN's HTP simulator matched the CPU EP to ~1e-6 on fp32 fixtures; these bounds leave room for
-    # EPs that compute in fp16 internally while still catching a wrong weight or a wrong graph.
-    rtol: float = 1e-3
-    atol: float = 1e-4
 
 
 @dataclass(frozen=True)

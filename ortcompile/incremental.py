@@ -1,0 +1,178 @@
+"""Incremental builds: `--if-changed` (is the published output current?) and `--depfile` (Make rules).
+
+What "current" means: the manifest beside the destination records the same input digest (sha256 of the
+model file and of every external data file it references), the same options, the same ortcompile /
+onnxruntime / EP versions, and every output file it lists still has its recorded size.
+
+Hashing a multi-GB input costs seconds, so the digest is cached in a stamp file beside the manifest
+(`.<stem>_ctx.stamp.json`, not an output: it holds inode numbers and timestamps, which must stay out of
+the deterministic manifest). A file's cached sha256 is trusted only when its size, inode, device, mtime
+and ctime are all unchanged. The kernel sets ctime on every write, rename or chmod, and no API sets it
+back, so any change to the bytes changes the fingerprint. One gap remains, as in git's index: a write in
+the same clock tick as the stat taken before hashing. Entries whose ctime is within RACY_WINDOW_NS of
+that moment are therefore never trusted and are hashed again.
+
+This module imports neither onnx nor onnxruntime, so an up-to-date check returns in milliseconds.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ortcompile import __version__, eps
+from ortcompile.errors import OutputError
+from ortcompile.manifest import InputDigest, hash_file
+from ortcompile.options import CompileOptions
+from ortcompile.publish import OutputNames
+
+RACY_WINDOW_NS = 2_000_000_000
+STAMP_FORMAT = "ortcompile-stamp/1"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, path: Path) -> Fingerprint:
+        st = path.stat()
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
+
+
+def stamp_path(output_dir: Path, names: OutputNames) -> Path:
+    return output_dir / f".{names.stem}_ctx.stamp.json"
+
+
+def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: InputDigest) -> None:
+    """Remember each input's fingerprint next to the sha256 it hashed to (a cache: failure is harmless)."""
+    entries = [{"name": name, "sha256": sha, **fp} for (name, _, sha), fp in zip(digest.files, digest.fingerprints)]
+    stamp = {"format": STAMP_FORMAT, "source_dir": str(source.resolve().parent), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
+    target = stamp_path(output_dir, names)
+    pending = target.with_name(target.name + f".{os.getpid()}.tmp")
+    try:
+        pending.write_text(json.dumps(stamp, sort_keys=True))
+        os.replace(pending, target)
+    except OSError:
+        pending.unlink(missing_ok=True)
+
+
+def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
+    for entry in stamp.get("files", []):
+        if entry.get("name") != name:
+            continue
+        recorded = Fingerprint(entry["size"], entry["mtime_ns"], entry["ctime_ns"], entry["ino"], entry["dev"])
+        racy = recorded.ctime_ns >= stamp.get("hashed_at_ns", 0) - RACY_WINDOW_NS
+        return entry["sha256"] if recorded == Fingerprint.of(path) and not racy else None
+    return None
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
+    """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
+    if options.ep.strip().lower() != "auto":
+        return eps.lookup(options.ep)
+    for short in eps.AUTO_ORDER:
+        info = eps.KNOWN_EPS[short]
+        if info.module is None or importlib.util.find_spec(info.module) is not None:
+            return info
+    return None
+
+
+def _installed_version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "missing"
+
+
+def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions) -> str:
+    """'' when the published output is current for this source and these options, else the reason."""
+    names = OutputNames.for_source(source)
+    manifest = _load_json(output_dir / names.manifest)
+    if not manifest:
+        return "no readable manifest"
+    info = expected_ep(options)
+    if info is None or manifest.get("options", {}).get("ep") != info.short_name:
+        return "the execution provider differs"
+    require = info.compiles if options.require_compiled is None else options.require_compiled
+    if manifest.get("options") != options.recorded(info.short_name, require):
+        return "options differ"
+    versions = {"ortcompile": __version__, "onnxruntime": _installed_version("onnxruntime"),
+                "ep": {"name": info.ep_name, "version": _installed_version(info.distribution)}}
+    if manifest.get("versions") != versions:
+        return "ortcompile, onnxruntime or EP version differs"
+    for entry in manifest.get("files", []):
+        target = output_dir / str(entry.get("name", ""))
+        if not target.is_file() or target.stat().st_size != entry.get("size"):
+            return f"output {entry.get('name')} is missing or changed size"
+    return _inputs_changed(source, output_dir, names, manifest)
+
+
+def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest: dict[str, Any]) -> str:
+    recorded = manifest.get("input", {}).get("files", [])
+    if not recorded or recorded[0].get("name") != source.name:
+        return "the manifest was made from another input"
+    stamp = _load_json(stamp_path(output_dir, names))
+    if stamp.get("source_dir") != str(source.resolve().parent):
+        stamp = {}
+    base = source.resolve().parent
+    started_ns, rehashed = time.time_ns(), False
+    files, fingerprints = [], []
+    for entry in recorded:
+        path = base / entry["name"]
+        if not path.is_file():
+            return f"input {entry['name']} is missing"
+        fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
+        if fingerprint.size != entry["size"]:
+            return f"input {entry['name']} changed"
+        sha = _cached_sha256(stamp, entry["name"], path)
+        if sha is None:
+            sha, rehashed = hash_file(path).sha256, True
+        if sha != entry["sha256"]:
+            return f"input {entry['name']} changed"
+        files.append((entry["name"], entry["size"], sha))
+        fingerprints.append(fingerprint.__dict__)
+    if rehashed:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
+        write_stamp(output_dir, names, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))
+    return ""
+
+
+def make_escape(path: str) -> str:
+    """Escape a path for a Make rule as gcc -MD does: spaces, '#', '$' and ':'."""
+    if "\n" in path:
+        raise OutputError(f"cannot write a depfile for a path with a newline: {path!r}")
+    return path.replace("$", "$$").replace("#", "\\#").replace(" ", "\\ ").replace(":", "\\:")
+
+
+def depfile_rule(target: Path, dependencies: list[Path]) -> str:
+    deps = " \\\n  ".join(make_escape(str(d)) for d in dependencies)
+    return f"{make_escape(str(target))}: \\\n  {deps}\n"
+
+
+def write_depfile(path: Path, rules: list[str]) -> None:
+    """Written whole and renamed into place, like every other output."""
+    pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        pending.write_text("".join(rules))
+        os.replace(pending, path)
+    except OSError as exc:
+        pending.unlink(missing_ok=True)
+        raise OutputError(f"cannot write depfile {path}: {exc.strerror}") from exc
