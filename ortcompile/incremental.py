@@ -4,9 +4,10 @@ What "current" means: the manifest beside the destination records the same input
 model file and of every external data file it references), the same options, the same ortcompile /
 onnxruntime / EP versions, and every output file it lists still has its recorded size.
 
-Hashing a multi-GB input costs seconds, so the digest is cached in a stamp file beside the manifest
-(`.<stem>_ctx.stamp.json`, not an output: it holds inode numbers and timestamps, which must stay out of
-the deterministic manifest). A file's cached sha256 is trusted only when its size, inode, device, mtime
+Hashing a multi-GB input costs seconds, so the digest is cached in a stamp file under
+`$XDG_CACHE_HOME/ortcompile/stamps/` (keyed by the manifest's absolute path; not an output: it holds inode
+numbers and timestamps, which must stay out of the deterministic manifest and the output directory).
+Without the cache (a fresh CI machine) the inputs are simply hashed again. A file's cached sha256 is trusted only when its size, inode, device, mtime
 and ctime are all unchanged. The kernel sets ctime on every write, rename or chmod, and no API sets it
 back, so any change to the bytes changes the fingerprint. One gap remains, as in git's index: a write in
 the same clock tick as the stat taken before hashing. Entries whose ctime is within RACY_WINDOW_NS of
@@ -17,6 +18,7 @@ This module imports neither onnx nor onnxruntime, so an up-to-date check returns
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -51,7 +53,10 @@ class Fingerprint:
 
 
 def stamp_path(output_dir: Path, names: OutputNames) -> Path:
-    return output_dir / f".{names.stem}_ctx.stamp.json"
+    """Outside the output directory, so outputs stay exactly the files the manifest lists."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortcompile" / "stamps"
+    key = hashlib.sha256(str((output_dir / names.manifest).resolve()).encode()).hexdigest()[:32]
+    return cache / f"{key}.json"
 
 
 def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: InputDigest) -> None:
@@ -61,6 +66,7 @@ def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: Inpu
     target = stamp_path(output_dir, names)
     pending = target.with_name(target.name + f".{os.getpid()}.tmp")
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         pending.write_text(json.dumps(stamp, sort_keys=True))
         os.replace(pending, target)
     except OSError:
