@@ -99,6 +99,7 @@ def read_source(path: Path) -> SourceModel:
     initializers = tuple(_tensor_info(t, path) for t in model.graph.initializer)
     external_files = tuple(sorted({_resolve_location(path, t.name, t.external.location) for t in initializers if t.external}))
     _check_external_extents(path, initializers)
+    _check_epcontext_paths(path, model)
     initializer_names = {t.name for t in initializers}
     inputs = tuple(_input_info(vi) for vi in model.graph.input if vi.name not in initializer_names)
     op_counts = dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items()))
@@ -114,6 +115,8 @@ def _tensor_info(tensor: object, model_path: Path) -> TensorInfo:
     external = None
     if tensor.data_location == onnx.TensorProto.EXTERNAL:  # type: ignore[attr-defined]
         external = _external_ref(tensor, model_path)
+        if external.length < 0 and expected is not None:  # `length` is optional: the tensor's own size
+            external = ExternalRef(external.location, external.offset, expected)
         if expected is not None and external.length != expected:
             raise InvalidModel(
                 f"{model_path}: initializer {tensor.name!r} has external length {external.length} "  # type: ignore[attr-defined]
@@ -139,17 +142,34 @@ def _external_ref(tensor: object, model_path: Path) -> ExternalRef:
     return ExternalRef(location, offset, length)
 
 
-def _resolve_location(model_path: Path, tensor_name: str, location: str) -> Path:
+def _resolve_location(model_path: Path, owner: str, location: str, what: str = "external data path") -> Path:
     """Refuse absolute, `..` and symlinked paths that lead outside the model's directory."""
     base = model_path.resolve().parent
+    if not owner.startswith("EPContext"):
+        owner = f"initializer {owner!r}"
     if os.path.isabs(location) or Path(location).drive:
-        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} has an absolute external data path {location!r}")
+        raise InvalidModel(f"{model_path}: {owner} has an absolute {what} {location!r}")
     if ".." in Path(location).parts:
-        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} has an external data path with '..': {location!r}")
+        raise InvalidModel(f"{model_path}: {owner} has an {what} with '..': {location!r}")
+    if "\0" in location:
+        raise InvalidModel(f"{model_path}: {owner} has an {what} with a NUL byte")
     resolved = (base / location).resolve()
     if not resolved.is_relative_to(base):
-        raise InvalidModel(f"{model_path}: initializer {tensor_name!r} external data {location!r} resolves outside the model's directory")
+        raise InvalidModel(f"{model_path}: {owner} {what} {location!r} resolves outside the model's directory")
     return resolved
+
+
+def _check_epcontext_paths(model_path: Path, model: object) -> None:
+    """An already-compiled input names its EP blobs by path: the same rules as external data apply."""
+    for node in model.graph.node:  # type: ignore[attr-defined]
+        if node.op_type != "EPContext":
+            continue
+        attrs = {a.name: a for a in node.attribute}
+        if "embed_mode" in attrs and attrs["embed_mode"].i == 1:
+            continue
+        if "ep_cache_context" in attrs and attrs["ep_cache_context"].s:
+            location = attrs["ep_cache_context"].s.decode("utf-8", errors="replace")
+            _resolve_location(model_path, f"EPContext node {node.name!r}", location, what="EP context path")
 
 
 def _check_external_extents(model_path: Path, initializers: tuple[TensorInfo, ...]) -> None:
