@@ -48,7 +48,8 @@ class InspectReport:
     inputs: list[dict[str, Any]]
     outputs: list[dict[str, Any]]
     epcontext: list[dict[str, Any]]
-    compiled_ops: dict[str, int]
+    compiled_ops: dict[str, int] | None  # op types the EPContext nodes replaced (from the manifest; None: unknown)
+    epcontext_by_source: dict[str, int]
     remaining_ops: dict[str, int]
     inline_initializers: int
     inline_bytes: int
@@ -68,7 +69,12 @@ class InspectReport:
             "inputs": self.inputs,
             "outputs": self.outputs,
             "epcontext_nodes": self.epcontext,
-            "nodes": {"epcontext": len(self.epcontext), "compiled_ops": self.compiled_ops, "remaining_ops": self.remaining_ops},
+            "nodes": {
+                "epcontext": len(self.epcontext),
+                "epcontext_by_source": self.epcontext_by_source,
+                "compiled_ops": self.compiled_ops,
+                "remaining_ops": self.remaining_ops,
+            },
             "initializers": {
                 "inline": self.inline_initializers,
                 "inline_bytes": self.inline_bytes,
@@ -105,7 +111,8 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
         inputs=[_value_info(v) for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}],
         outputs=[_value_info(v) for v in model.graph.output],
         epcontext=epcontext,
-        compiled_ops=manifest.manifest.get("nodes", {}).get("compiled_ops") or _compiled_ops(model),
+        compiled_ops=manifest.manifest.get("nodes", {}).get("compiled_ops") if manifest.manifest else None,
+        epcontext_by_source=_epcontext_by_source(model),
         remaining_ops=dict(sorted(collections.Counter(n.op_type for n in model.graph.node if n.op_type != "EPContext").items())),
         inline_initializers=len(inline),
         inline_bytes=sum(len(t.raw_data) for t in inline),
@@ -181,8 +188,8 @@ def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
     return entry
 
 
-def _compiled_ops(model: Any) -> dict[str, int]:
-    """Without a manifest the replaced op types are unknown: count the partitions by EP instead."""
+def _epcontext_by_source(model: Any) -> dict[str, int]:
+    """EPContext nodes per EP that produced them."""
     counter = collections.Counter(_text(_attributes(n).get("source")) or "unknown" for n in model.graph.node if n.op_type == "EPContext")
     return dict(sorted(counter.items()))
 

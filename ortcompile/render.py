@@ -30,7 +30,10 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
         for io in report[kind]:
             lines.append(f"{kind[:-1]:<10} {io['name']} {io['dtype']}{_shape(io)}{'  (* symbolic)' if io['dynamic'] else ''}")
     nodes = report["nodes"]
-    compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none"
+    if nodes["compiled_ops"] is None:
+        compiled = "unknown without a manifest"
+    else:
+        compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none"
     remaining = ", ".join(f"{op} {n}" for op, n in nodes["remaining_ops"].items()) or "none"
     lines += [f"nodes      {nodes['epcontext']} EPContext; compiled: {compiled}; remaining: {remaining}"]
     for node in report["epcontext_nodes"]:
@@ -70,6 +73,7 @@ def verify_text(report: dict[str, Any]) -> list[str]:
     else:
         lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {len(integrity['files'])} files, sizes and sha256"]
         lines += [f"  problem  {p}" for p in integrity["problems"]]
+    lines += [f"  problem  {p}" for p in integrity.get("referenced_files_problems", [])]
     if report["dims"]:
         lines.append("dims       " + ", ".join(f"{k}={v}" for k, v in report["dims"].items()) + " (symbolic dims; --fix-dim to change)")
     seconds = report["session_seconds"]

@@ -34,7 +34,7 @@ def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int])
             session = ort.InferenceSession(str(model), options)
     except Exception as exc:
         text = str(exc)
-        if "ModelProto" in text or "protobuf" in text.lower() or "No such file" in text:
+        if any(marker in text for marker in ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")):
             raise InvalidModel(f"{model}: cannot load: {first_line(exc)}", detail=text) from exc
         raise CompilationFailed(f"{model}: session creation failed: {first_line(exc)}", detail=text) from exc
     return TimedSession(session, time.perf_counter() - start)

@@ -16,10 +16,14 @@ from typing import Any
 import numpy as np
 
 from ortcompile import eps
+from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.inspect import inspect_model
 from ortcompile.integrity import ManifestStatus, check_manifest
 from ortcompile.options import Tolerance
 from ortcompile.inputs import make_inputs
 from ortcompile.sessions import open_timed_session
+from ortcompile.shapes import dimension_overrides
+from ortcompile.source import SourceModel, read_source
 
 VERIFY_FORMAT = "ortcompile-verify/1"
 
@@ -52,11 +56,12 @@ class VerifyReport:
     dims: dict[str, int] = field(default_factory=dict)
     session_seconds: dict[str, float] = field(default_factory=dict)
     runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "outputs": [OutputComparison]}
+    structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
     error: str = ""
 
     @property
     def integrity_ok(self) -> bool:
-        return self.integrity.ok or not self.integrity.found
+        return (self.integrity.ok or not self.integrity.found) and not self.structure_problems
 
     @property
     def outputs_ok(self) -> bool:
@@ -69,7 +74,8 @@ class VerifyReport:
     def failure(self) -> str:
         """One line saying why verification failed."""
         if not self.integrity_ok:
-            return "integrity check failed: " + "; ".join(self.integrity.problems)
+            manifest_problems = self.integrity.problems if self.integrity.found else []  # no manifest is no failure
+            return "integrity check failed: " + "; ".join(manifest_problems + self.structure_problems)
         if self.error:
             return self.error
         bad = [(run["seed"], c) for run in self.runs for c in run["outputs"] if not c.ok]
@@ -86,7 +92,7 @@ class VerifyReport:
             "reference": str(self.reference),
             "ep": self.ep,
             "tolerance": {"rtol": self.tolerance.rtol, "atol": self.tolerance.atol},
-            "integrity": self.integrity.to_json(),
+            "integrity": {**self.integrity.to_json(), "referenced_files_problems": self.structure_problems},
             "dims": self.dims,
             "session_seconds": self.session_seconds,
             "load_speedup": round(source_s / compiled_s, 2) if compiled_s and source_s else None,
@@ -107,50 +113,96 @@ def verify_model(
 ) -> VerifyReport:
     """Check integrity, then compare the compiled model on its EP with the source on the CPU EP."""
     compiled, reference = Path(compiled), Path(reference)
+    if not compiled.is_file():
+        raise InvalidModel(f"{compiled}: no such file")
+    source = read_source(reference)
     integrity = check_manifest(compiled, hash_files=True)
-    recorded = integrity.manifest.get("options", {})  # by default, verify on the EP it was compiled for
-    if isinstance(ep, eps.ResolvedEp):
-        resolved = ep
-    else:
-        resolved = eps.resolve(ep or recorded.get("ep") or "auto", None if ep else recorded.get("ep_options"))
-    report = VerifyReport(compiled, reference, resolved.name, tolerance or Tolerance(), integrity)
+    structure = inspect_model(compiled)
+    report = VerifyReport(compiled, reference, "", tolerance or Tolerance(), integrity)
+    report.structure_problems = [p for p in structure.problems if p not in integrity.problems]
+    report.ep = (resolved := _resolve_ep(ep, integrity)).name
     if not report.integrity_ok:
         return report
-    dims = dict(fix_dims or {})
-    seeds = [seed + i for i in range(max(1, runs))]
+    report.dims = choose_dims(source, structure.inputs, integrity.manifest.get("options", {}), fix_dims or {})
+    _compare_sessions(report, resolved, [seed + i for i in range(max(1, runs))], time_source)
+    return report
 
-    timed = open_timed_session(compiled, resolved, dims)
+
+def _resolve_ep(ep: str | eps.ResolvedEp | None, integrity: ManifestStatus) -> eps.ResolvedEp:
+    """By default, verify on the EP (and options) the model was compiled for."""
+    if isinstance(ep, eps.ResolvedEp):
+        return ep
+    recorded = integrity.manifest.get("options", {})
+    return eps.resolve(ep or recorded.get("ep") or "auto", None if ep else recorded.get("ep_options"))
+
+
+def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], recorded: dict[str, Any], requested: dict[str, int]) -> dict[str, int]:
+    """A value for every symbolic dim of the source: --fix-dim, else what the compile pinned, else 1.
+
+    A --fix-dim that contradicts a dimension the compiled model has fixed is a usage error: the two
+    models could not be fed the same inputs.
+    """
+    unknown = sorted(set(requested) - source.symbolic_dims)
+    if unknown:
+        raise UsageError(f"--fix-dim {unknown[0]}: the source has no symbolic dimension {unknown[0]!r}")
+    fixed_in_compiled = _fixed_by_compiled(source, compiled_inputs)
+    try:
+        pinned = dimension_overrides(source, recorded.get("fix_dims", {}), {k: tuple(v) for k, v in recorded.get("fix_shapes", {}).items()})
+    except UsageError:
+        pinned = {}
+    dims = {}
+    for name in sorted(source.symbolic_dims):
+        compiled_value = fixed_in_compiled.get(name)
+        if name in requested and compiled_value is not None and requested[name] != compiled_value:
+            raise UsageError(f"--fix-dim {name}={requested[name]} conflicts with the compiled model, which has {name}={compiled_value} fixed")
+        dims[name] = requested.get(name, pinned.get(name, compiled_value or 1))
+    return dims
+
+
+def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[dict[str, Any]]) -> dict[str, int]:
+    by_name = {i["name"]: i["shape"] for i in compiled_inputs}
+    fixed = {}
+    for model_input in source.inputs:
+        for declared, actual in zip(model_input.dims, by_name.get(model_input.name, [])):
+            if isinstance(declared, str) and isinstance(actual, int):
+                fixed[declared] = actual
+    return fixed
+
+
+def _compare_sessions(report: VerifyReport, ep: eps.ResolvedEp, seeds: list[int], time_source: bool) -> None:
+    """One session at a time, each freed before the next: a large model is never held twice."""
+    dims = report.dims
+    timed = open_timed_session(report.compiled, ep, dims)
     report.session_seconds["compiled"] = round(timed.seconds, 3)
-    compiled_outputs, report.dims = _run_all(timed.session, seeds, dims)
+    compiled_outputs = _run_all(timed.session, seeds, dims)
     del timed
     gc.collect()
 
-    if time_source and resolved.name != eps.CPU_EP:
-        source_timed = open_timed_session(reference, resolved, dims)
+    if time_source and ep.name != eps.CPU_EP:
+        source_timed = open_timed_session(report.reference, ep, dims)
         report.session_seconds["source_on_ep"] = round(source_timed.seconds, 3)
         del source_timed
         gc.collect()
 
-    reference_timed = open_timed_session(reference, None, dims)
+    reference_timed = open_timed_session(report.reference, None, dims)
     report.session_seconds["source_on_cpu"] = round(reference_timed.seconds, 3)
-    if resolved.name == eps.CPU_EP:
+    if ep.name == eps.CPU_EP:
         report.session_seconds["source_on_ep"] = report.session_seconds["source_on_cpu"]
-    expected_outputs, _ = _run_all(reference_timed.session, seeds, dims)
+    expected_outputs = _run_all(reference_timed.session, seeds, dims)
     del reference_timed
     gc.collect()
 
     for seed_value, got, want in zip(seeds, compiled_outputs, expected_outputs):
         report.runs.append({"seed": seed_value, "outputs": [_compare(n, got[n], want.get(n), report.tolerance) for n in got]})
-    return report
 
 
-def _run_all(session: Any, seeds: list[int], dims: dict[str, int]) -> tuple[list[dict[str, np.ndarray]], dict[str, int]]:
+def _run_all(session: Any, seeds: list[int], dims: dict[str, int]) -> list[dict[str, np.ndarray]]:
     names = [o.name for o in session.get_outputs()]
-    results, used = [], {}
+    results = []
     for seed in seeds:
-        feeds, used = make_inputs(session, seed, dims)
+        feeds, _ = make_inputs(session, seed, dims)
         results.append(dict(zip(names, session.run(names, feeds))))
-    return results, used
+    return results
 
 
 def _compare(name: str, got: np.ndarray, want: np.ndarray | None, tolerance: Tolerance) -> OutputComparison:
