@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from ortcompile.compiler import compile_model
     from ortcompile.options import CompileOptions, CompileResult
+    from ortcompile.buffers import CompiledArtifact, compile_to_buffers, open_session
     from ortcompile.plan import LayoutPolicy
 
 _LAZY = {
@@ -19,6 +20,9 @@ _LAZY = {
     "CompileResult": "ortcompile.options",
     "compile_model": "ortcompile.compiler",
     "LayoutPolicy": "ortcompile.plan",
+    "CompiledArtifact": "ortcompile.buffers",
+    "compile_to_buffers": "ortcompile.buffers",
+    "open_session": "ortcompile.buffers",
 }
 
 
@@ -30,4 +34,13 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'ortcompile' has no attribute {name!r}")
 
 
-__all__ = ["CompileOptions", "CompileResult", "LayoutPolicy", "__version__", "compile_model"]
+__all__ = [
+    "CompileOptions",
+    "CompileResult",
+    "CompiledArtifact",
+    "LayoutPolicy",
+    "__version__",
+    "compile_model",
+    "compile_to_buffers",
+    "open_session",
+]

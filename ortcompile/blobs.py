@@ -25,24 +25,31 @@ def callback_unsupported(exc: BaseException) -> bool:
 
 
 class BlobSink:
-    """The EP-context write callback: stores each named blob as a file in the staging directory."""
+    """The EP-context write callback: stores each named blob as a file in `directory`, or in memory (None)."""
 
-    def __init__(self, staging_dir: Path) -> None:
-        self.staging_dir = staging_dir
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
         self.written: dict[str, WrittenFile] = {}
+        self.blobs: dict[str, bytes] = {}
         self._lock = threading.Lock()  # ORT may call concurrently
 
     def write_func(self, name: str, data: Any) -> None:
-        target = _safe_child(self.staging_dir, name)
+        _safe_child(self.directory or Path("."), name)
         digest = hashlib.sha256()
         size = data.size()
-        with open(target, "xb") as out:
-            for offset in range(0, size, READ_CHUNK):
-                chunk = data.read(offset, min(READ_CHUNK, size - offset))
-                digest.update(chunk)
-                out.write(chunk)
-            out.flush()
-            os.fsync(out.fileno())
+        chunks = (data.read(offset, min(READ_CHUNK, size - offset)) for offset in range(0, size, READ_CHUNK))
+        if self.directory is None:
+            content = b"".join(chunks)
+            digest.update(content)
+            with self._lock:
+                self.blobs[name] = content
+        else:
+            with open(self.directory / name, "xb") as out:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
         with self._lock:
             self.written[name] = WrittenFile(name, size, digest.hexdigest())
 

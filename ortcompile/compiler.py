@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import __version__, eps
-from ortcompile.datapass import DataPass, WrittenFile
+from ortcompile.datapass import DataPass, FileSink, WrittenFile
 from ortcompile.errors import CompilationFailed, VerificationFailed
 from ortcompile.graphpass import GraphSummary, write_graph
 from ortcompile.incremental import why_not_up_to_date, write_stamp
@@ -163,7 +163,7 @@ def _build(job: _Job, staging_dir: Path) -> _Built:
 
     def new_data_pass() -> DataPass:
         progress = reporter.bytes_bar("data pass", source.weight_bytes)
-        return DataPass(staging_dir, names.model, DataLayout(options.layout), progress)
+        return DataPass(FileSink(staging_dir), names.model, DataLayout(options.layout), progress)
 
     try:
         ort_output, data_pass = compile_with_ort(source.path, ep, staging_dir / names.model, new_data_pass, overrides, require, reporter.detail)

@@ -13,7 +13,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from ortcompile.plan import DataLayout, Placement, data_file_name
 
@@ -35,6 +35,7 @@ class HashingFile:
 
     def __init__(self, path: Path, hasher_pool: ThreadPoolExecutor) -> None:
         self.path = path
+        self.name = path.name
         self.position = 0
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._hash = hashlib.sha256()
@@ -68,19 +69,46 @@ def _write_all(fd: int, data: memoryview) -> None:
         data = data[written:]
 
 
+class Target(Protocol):
+    """One data file being written front to back: on disk (HashingFile) or in memory (MemoryTarget)."""
+
+    name: str
+
+    def pad_to(self, offset: int) -> None: ...
+
+    def write(self, data: memoryview | bytes) -> None: ...
+
+    def close(self) -> WrittenFile: ...
+
+    def abandon(self) -> None: ...
+
+
+class FileSink:
+    """Data files in a (staging) directory, each hashed while written."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-hash")
+
+    def open(self, name: str) -> Target:
+        return HashingFile(self.directory / name, self._pool)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(cancel_futures=True)
+
+
 class DataPass:
     """Receives ORT's per-initializer callbacks and lays the bytes out as the layout says."""
 
-    def __init__(self, staging_dir: Path, model_file_name: str, layout: DataLayout, progress: Progress | None = None):
-        self.staging_dir = staging_dir
+    def __init__(self, sink: FileSink | Any, model_file_name: str, layout: DataLayout, progress: Progress | None = None):
+        self.sink = sink
         self.model_file_name = model_file_name
         self.layout = layout
         self.inline_count = 0
         self.external_count = 0
         self.bytes_written = 0
         self._progress = progress
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-hash")
-        self._open: HashingFile | None = None
+        self._open: Target | None = None
         self._finished: list[WrittenFile] = []
 
     def location_func(self, name: str, value: Any, source_info: Any) -> Any:
@@ -99,20 +127,20 @@ class DataPass:
         return ort.OrtExternalInitializerInfo(location, placement.offset, nbytes)
 
     def _write(self, placement: Placement, data: memoryview) -> None:
-        target = self._file_for(placement.file_index)
+        target = self._target_for(placement.file_index)
         target.pad_to(placement.offset)
         target.write(data)
         self.bytes_written += placement.nbytes
         if self._progress:
             self._progress(placement.nbytes)
 
-    def _file_for(self, file_index: int) -> HashingFile:
+    def _target_for(self, file_index: int) -> Target:
         name = data_file_name(self.model_file_name, file_index)
-        if self._open is not None and self._open.path.name == name:
+        if self._open is not None and self._open.name == name:
             return self._open
         if self._open is not None:
             self._finished.append(self._open.close())
-        self._open = HashingFile(self.staging_dir / name, self._pool)
+        self._open = self.sink.open(name)
         return self._open
 
     def finish(self) -> list[WrittenFile]:
@@ -120,14 +148,14 @@ class DataPass:
         if self._open is not None:
             self._finished.append(self._open.close())
             self._open = None
-        self._pool.shutdown()
+        self.sink.shutdown()
         return list(self._finished)
 
     def abandon(self) -> None:
         if self._open is not None:
             self._open.abandon()
             self._open = None
-        self._pool.shutdown(cancel_futures=True)
+        self.sink.shutdown()
 
 
 def _element_count(shape: list[int]) -> int:

@@ -73,19 +73,25 @@ def compile_with_ort(
     overrides: dict[str, int],
     require_compiled: bool,
     on_fallback: Callable[[str], None],
+    blobs_in_memory: bool = False,
 ) -> tuple[OrtOutput, DataPass]:
-    """Compile; retry without the EP-context write callback when the EP does not support it."""
-    use_callback = ep.name not in _CALLBACK_UNSUPPORTED_EPS and ep.info.compiles
-    data_pass = make_data_pass()
-    try:
-        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, use_callback), data_pass
-    except _CallbackRefused:
-        data_pass.abandon()
-        _CALLBACK_UNSUPPORTED_EPS.add(ep.name)
+    """Compile; retry without the EP-context write callback when the EP does not support it.
+
+    `on_fallback` hears about the retry (and may raise to refuse it); with `blobs_in_memory` the
+    callback keeps blobs as bytes instead of writing them beside the model.
+    """
+    if ep.info.compiles and ep.name not in _CALLBACK_UNSUPPORTED_EPS:
+        data_pass = make_data_pass()
+        try:
+            return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, True, blobs_in_memory), data_pass
+        except _CallbackRefused:
+            data_pass.abandon()
+            _CALLBACK_UNSUPPORTED_EPS.add(ep.name)  # ORT refuses before any work: retrying is cheap
+        except BaseException:
+            data_pass.abandon()
+            raise
+    if ep.info.compiles:
         on_fallback(f"{ep.name} does not support the EP-context write callback; it writes its own blob files")
-    except BaseException:
-        data_pass.abandon()
-        raise
     data_pass = make_data_pass()
     try:
         return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False), data_pass
@@ -99,7 +105,8 @@ class _CallbackRefused(Exception):
 
 
 def _attempt(
-    source: Path, ep: ResolvedEp, model_path: Path, data_pass: DataPass, overrides: dict[str, int], require_compiled: bool, use_callback: bool
+    source: Path, ep: ResolvedEp, model_path: Path, data_pass: DataPass, overrides: dict[str, int], require_compiled: bool,
+    use_callback: bool, blobs_in_memory: bool = False,
 ) -> OrtOutput:
     import onnxruntime as ort
 
@@ -119,7 +126,7 @@ def _attempt(
         flags=flags,
         get_initializer_location_func=guard.wrap(data_pass.location_func),
     )
-    sink = BlobSink(model_path.parent) if use_callback else None
+    sink = BlobSink(None if blobs_in_memory else model_path.parent) if use_callback else None
     if sink is not None:
         compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
     graph = _GraphBuffer()

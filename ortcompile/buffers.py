@@ -1,0 +1,202 @@
+"""Compile to memory and load from memory: for hosts without a writable disk (browsers, workers, services).
+
+    from ortcompile import compile_to_buffers, open_session
+    art = compile_to_buffers("model.onnx", ep="cpu", align=4096)   # graph bytes + named aligned buffers
+    sess = open_session(art)                                       # zero-copy: ORT uses the buffers as they are
+
+Pass 1 writes initializers into anonymous memory maps at aligned offsets (the same policy as files).
+Each map is sized once from a plan over the source's initializers, before compilation: the initializers
+ORT leaves in the output are a subset, placed in the same order, so they always fit; untouched pages of
+an anonymous map cost no memory, so planning for the whole model is free. Nothing is grown and copied.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from ortcompile import eps
+from ortcompile.datapass import DataPass, Target, WrittenFile
+from ortcompile.errors import CompilationFailed
+from ortcompile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
+from ortcompile.ortstep import compile_with_ort
+from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
+from ortcompile.publish import OutputNames
+from ortcompile.shapes import dimension_overrides
+from ortcompile.source import PROTOBUF_LIMIT, SourceModel, read_source
+
+BlobFallback = Literal["error", "tempdir"]
+
+
+class EpContextNotInMemory(CompilationFailed):
+    """The EP can only write its context blob to files, and the caller did not allow a temporary directory."""
+
+
+class MemoryTarget:
+    """A data 'file' in an anonymous memory map, written front to back."""
+
+    def __init__(self, name: str, capacity: int) -> None:
+        self.name = name
+        self.position = 0
+        self.map = mmap.mmap(-1, max(capacity, mmap.PAGESIZE))
+
+    def pad_to(self, offset: int) -> None:
+        self._reserve(offset)
+        self.position = offset  # a fresh anonymous map is already zero-filled
+
+    def write(self, data: memoryview | bytes) -> None:
+        view = memoryview(data).cast("B")
+        self._reserve(self.position + len(view))
+        self.map[self.position : self.position + len(view)] = view
+        self.position += len(view)
+
+    def _reserve(self, end: int) -> None:
+        if end > len(self.map):  # the plan is an upper bound; this only guards against an EP adding tensors
+            raise CompilationFailed(f"in-memory data buffer {self.name!r} outgrew its planned {len(self.map)} bytes")
+
+    def close(self) -> WrittenFile:
+        return WrittenFile(self.name, self.position, "")
+
+    def abandon(self) -> None:
+        self.map.close()
+
+
+class MemorySink:
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.targets: dict[str, MemoryTarget] = {}
+
+    def open(self, name: str) -> Target:
+        self.targets[name] = MemoryTarget(name, self.capacity)
+        return self.targets[name]
+
+    def shutdown(self) -> None:
+        pass
+
+
+@dataclass
+class CompiledArtifact:
+    """A compiled model held in memory: the graph proto and the external data buffers it names."""
+
+    graph: bytes
+    buffers: dict[str, memoryview]  # relative location in the graph -> exactly that file's bytes
+    ep: str  # short EP name it was compiled for
+    epcontext_nodes: int
+    blob_fallback_used: bool = False  # the EP wrote its blob to a temporary directory (now removed)
+    _maps: list[mmap.mmap] = field(default_factory=list, repr=False)
+
+    @property
+    def total_bytes(self) -> int:
+        return len(self.graph) + sum(len(b) for b in self.buffers.values())
+
+
+def planned_capacity(source: SourceModel, policy: LayoutPolicy) -> int:
+    """Bytes needed if every source initializer stayed in the output (ORT asks in name order)."""
+    layout = DataLayout(LayoutPolicy(policy.inline_threshold, policy.align, policy.align_threshold, None))
+    for tensor in sorted(source.initializers, key=lambda t: t.name):
+        if tensor.dtype != "STRING" and not layout.is_inline(tensor.nbytes):
+            layout.place(tensor.name, tensor.nbytes, max(1, tensor.nbytes // max(1, math.prod(tensor.shape))))
+    return layout.file_sizes[0] if layout.file_sizes else 0
+
+
+def compile_to_buffers(
+    model: str | os.PathLike[str],
+    ep: str = "auto",
+    align: int = DEFAULT_ALIGN,
+    *,
+    align_threshold: int = DEFAULT_ALIGN_THRESHOLD,
+    inline_threshold: int = DEFAULT_INLINE_THRESHOLD,
+    ep_options: dict[str, str] | None = None,
+    fix_dims: dict[str, int] | None = None,
+    fix_shapes: dict[str, tuple[int, ...]] | None = None,
+    blob_fallback: BlobFallback = "error",
+) -> CompiledArtifact:
+    """Compile without writing outputs to disk.
+
+    EP context blobs arrive through ORT's write callback when the EP supports it. When it does not
+    (every EP available with onnxruntime 1.31), this raises EpContextNotInMemory unless
+    `blob_fallback="tempdir"`: the EP then writes its blob into a private temporary directory, which
+    is read back, embedded in the graph, and removed before this returns.
+    """
+    source = read_source(Path(model))
+    resolved = eps.resolve(ep, ep_options or {})
+    policy = LayoutPolicy(inline_threshold, align, align_threshold, None)
+    overrides = dimension_overrides(source, fix_dims or {}, fix_shapes or {})
+    names = OutputNames.for_source(source.path)
+    capacity = planned_capacity(source, policy)
+    sinks: list[MemorySink] = []  # a fresh sink per attempt (ORT may refuse the blob callback and we retry)
+    fallback_used = False
+
+    def new_data_pass() -> DataPass:
+        sinks.append(MemorySink(capacity))
+        return DataPass(sinks[-1], names.model, DataLayout(policy))
+
+    def refuse_or_fall_back(message: str) -> None:
+        nonlocal fallback_used
+        if blob_fallback != "tempdir":
+            raise EpContextNotInMemory(f"{message}, so it cannot compile to memory; pass blob_fallback='tempdir' "
+                                       "to let it write to a temporary directory that is read back and removed")
+        fallback_used = True
+
+    with tempfile.TemporaryDirectory(prefix="ortcompile-blobs-") as scratch:
+        output, data_pass = compile_with_ort(
+            source.path, resolved, Path(scratch) / names.model,
+            new_data_pass, overrides, resolved.info.compiles, refuse_or_fall_back, blobs_in_memory=True,
+        )
+        data_pass.finish()
+        graph = _embed_blobs(output.graph_proto, Path(scratch), output.blob_sink.blobs if output.blob_sink else {})
+    targets = sinks[-1].targets
+    buffers = {name: memoryview(t.map)[: t.position] for name, t in targets.items()}
+    return CompiledArtifact(graph, buffers, resolved.info.short_name, _count_epcontext(graph), fallback_used,
+                            [t.map for t in targets.values()])
+
+
+def _embed_blobs(graph_proto: bytes, scratch: Path, in_memory: dict[str, bytes]) -> bytes:
+    """Blobs the EP wrote (to the scratch directory or through the callback) go into their EPContext nodes."""
+    import onnx
+
+    model = onnx.load_model_from_string(graph_proto)
+    for name, content in in_memory.items():
+        (scratch / name).write_bytes(content)  # one code path for both: embed_blobs reads the scratch dir
+    names = referenced_blobs(model, scratch)
+    total = sum((scratch / n).stat().st_size for n in names)
+    if total and len(graph_proto) + total >= PROTOBUF_LIMIT:
+        raise CompilationFailed(f"the EP context blob ({total} bytes) is too large to embed in memory; use compile_model to write files")
+    if names:
+        embed_blobs(model, scratch, names)
+    return model.SerializeToString()
+
+
+def _count_epcontext(graph: bytes) -> int:
+    import onnx
+
+    return len(epcontext_nodes(onnx.load_model_from_string(graph)))
+
+
+def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: dict[str, str] | None = None) -> Any:
+    """An InferenceSession over the artifact's buffers, used in place (no copy of the weights).
+
+    The session keeps a reference to the artifact: the buffers must outlive it.
+    """
+    import onnxruntime as ort
+
+    resolved = eps.resolve(ep or artifact.ep, ep_options or {})
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    resolved.configure(options)
+    options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
+    options.add_session_config_entry("session.disable_prepacking", "1")  # prepacking would copy every weight
+    if artifact.buffers:
+        names = list(artifact.buffers)
+        options.add_external_initializers_from_files_in_memory(names, [artifact.buffers[n] for n in names], [len(artifact.buffers[n]) for n in names])
+    session = ort.InferenceSession(artifact.graph, options)
+    session._ortcompile_artifact = artifact  # keep the buffers alive as long as the session
+    return session
+
+
+__all__ = ["CompiledArtifact", "EpContextNotInMemory", "compile_to_buffers", "open_session"]
