@@ -1,3 +1,3 @@
-from ortcompile.cli import main
+from ortcompile.cli import run
 
-main()
+run()

@@ -16,7 +16,7 @@ from typing import Any, Callable
 import click
 
 from ortcompile import __version__
-from ortcompile.errors import Interrupted, OrtCompileError
+from ortcompile.errors import Interrupted, OrtCompileError, UsageError
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
@@ -96,6 +96,25 @@ def _fail(message: str, code: int, detail: str | None, debug: bool) -> None:
     sys.exit(code)
 
 
+def run() -> None:
+    """The console-script entry point: main(), then leave without native library teardown.
+
+    Everything we write is fsynced and published before this point; skipping interpreter and ONNX
+    Runtime teardown avoids EP plugins that abort in their static destructors (QNN does, after a
+    failed shared-context compile) turning a clean exit code into a crash.
+    """
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        if not isinstance(exc.code, (int, type(None))):
+            click.echo(str(exc.code), err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ortcompile")
 def main() -> None:
@@ -116,6 +135,7 @@ def main() -> None:
 @click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
 @click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs].")
 @click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
+@click.option("--share-weights", is_flag=True, help="Batch: store identical weights once and share the EP context across the models.")
 @click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
 @click.option("--depfile", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write a Make dependency file (like gcc -MD).")
 @click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
@@ -124,7 +144,7 @@ def main() -> None:
 @reports_errors
 def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[str, ...], inline_threshold: int, align: int,
                     align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[str, ...], fix_shapes: tuple[str, ...],
-                    require_compiled: bool | None, force: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
+                    require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
                     quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.compiler import CompileOptions, compile_model
@@ -150,7 +170,14 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
         if_changed=if_changed,
     )
     results = []
-    for model in models:  # one at a time: each model's sessions are freed before the next starts
+    if share_weights:
+        from ortcompile.sharing import compile_shared
+
+        if if_changed:
+            raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
+        reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
+        results = compile_shared([Path(m) for m in models], Path(output_dir), options, reporter)
+    for model in models if not share_weights else []:  # one at a time: each session is freed before the next
         reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
         results.append(compile_model(model, output_dir, options, reporter))
         gc.collect()

@@ -18,16 +18,16 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ortcompile import __version__, eps
 from ortcompile.datapass import DataPass, FileSink, WrittenFile
 from ortcompile.errors import CompilationFailed, VerificationFailed
-from ortcompile.graphpass import GraphSummary, write_graph
+from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
 from ortcompile.incremental import why_not_up_to_date, write_stamp
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.ortstep import compile_with_ort
+from ortcompile.ortstep import OrtOutput, compile_with_ort
 from ortcompile.plan import DataLayout
 from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, remove_stale_stages
@@ -156,37 +156,48 @@ class _Built:
 
 def _build(job: _Job, staging_dir: Path) -> _Built:
     """Passes 1 and 2 into the staging directory."""
-    source, ep, names, options, reporter = job.source, job.ep, job.names, job.options, job.reporter
-    overrides, require, timings = job.overrides, job.require_compiled, job.timings
     clock = time.perf_counter()
-    reporter.stage(f"compiling with {ep.name}" if ep.info.compiles else "laying out weights (no EP compilation)")
 
     def new_data_pass() -> DataPass:
-        progress = reporter.bytes_bar("data pass", source.weight_bytes)
-        return DataPass(FileSink(staging_dir), names.model, DataLayout(options.layout), progress)
+        progress = job.reporter.bytes_bar("data pass", job.source.weight_bytes)
+        return DataPass(FileSink(staging_dir), job.names.model, DataLayout(job.options.layout), progress)
 
+    ort_output, data_pass = compile_pass(job, staging_dir, new_data_pass)
+    data_files = data_pass.finish()
+    job.timings["compile"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    model_file, graph = graph_pass(job, staging_dir, ort_output.graph_proto, job.options.embed)
+    known = {f.name for f in data_files} | {job.names.model}
+    blob_files = [hash_file(staging_dir / n) for n in sorted(os.listdir(staging_dir)) if n not in known]
+    job.timings["graph_pass"] = time.perf_counter() - clock
+    files = [(model_file, "model"), *((f, "data") for f in data_files), *((f, "ep_context") for f in blob_files)]
+    return _Built(files, graph, data_pass.external_count, data_pass.inline_count)
+
+
+def compile_pass(job: _Job, staging_dir: Path, new_data_pass: Callable[[], DataPass],
+                 session_config: dict[str, str] | None = None) -> tuple[OrtOutput, DataPass]:
+    """Pass 1: ORT compiles; the data pass receives every initializer left in the graph."""
+    source, ep, overrides = job.source, job.ep, job.overrides
+    job.reporter.stage(f"compiling {source.path.name} with {ep.name}" if ep.info.compiles else f"laying out weights of {source.path.name}")
     try:
-        ort_output, data_pass = compile_with_ort(source.path, ep, staging_dir / names.model, new_data_pass, overrides, require, reporter.detail)
+        return compile_with_ort(source.path, ep, staging_dir / job.names.model, new_data_pass, overrides,
+                                job.require_compiled, job.reporter.detail, session_config=session_config)
     except CompilationFailed as exc:
         if "compiled no nodes" in exc.message:
             raise CompilationFailed(exc.message + dynamic_inputs_hint(source, overrides) + "; or pass --allow-partial", exc.detail) from exc
         raise
-    data_files = data_pass.finish()
-    timings["compile"] = time.perf_counter() - clock
 
-    clock = time.perf_counter()
-    reporter.stage("writing graph")
+
+def graph_pass(job: _Job, staging_dir: Path, graph_proto: bytes, embed: EmbedPolicy, blobs_pending: bool = False) -> tuple[WrittenFile, GraphSummary]:
+    """Pass 2: the small graph proto, finished and written on its own."""
+    job.reporter.stage("writing graph")
     with ThreadPoolExecutor(max_workers=1) as pool:
-        model_file, graph = write_graph(ort_output.graph_proto, staging_dir, names.model, options.embed, pool)
-    if require and graph.epcontext_nodes == 0:
-        raise CompilationFailed(f"{ep.info.short_name}: the EP compiled no nodes{dynamic_inputs_hint(source, overrides)}")
-    if graph.epcontext_nodes == 0 and ep.info.compiles:
-        reporter.detail(f"{ep.name} compiled no nodes; the output runs entirely on the CPU EP")
-    known = {f.name for f in data_files} | {names.model}
-    blob_files = [hash_file(staging_dir / n) for n in sorted(os.listdir(staging_dir)) if n not in known]
-    timings["graph_pass"] = time.perf_counter() - clock
-    files = [(model_file, "model"), *((f, "data") for f in data_files), *((f, "ep_context") for f in blob_files)]
-    return _Built(files, graph, data_pass.external_count, data_pass.inline_count)
+        model_file, graph = write_graph(graph_proto, staging_dir, job.names.model, embed, pool, blobs_pending)
+    if job.require_compiled and graph.epcontext_nodes == 0:
+        raise CompilationFailed(f"{job.ep.info.short_name}: the EP compiled no nodes{dynamic_inputs_hint(job.source, job.overrides)}")
+    if graph.epcontext_nodes == 0 and job.ep.info.compiles:
+        job.reporter.detail(f"{job.ep.name} compiled no nodes; the output runs entirely on the CPU EP")
+    return model_file, graph
 
 
 def _verify_staged(job: _Job, model: Path) -> None:

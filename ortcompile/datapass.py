@@ -120,11 +120,16 @@ class DataPass:
             self.inline_count += 1
             return None
         element_size = max(1, nbytes // max(1, _element_count(value.shape())))
-        placement = self.layout.place(name, nbytes, element_size)
-        self._write(placement, _tensor_bytes(value, nbytes))
+        placement = self.store(name, _tensor_bytes(value, nbytes), element_size)
         self.external_count += 1
         location = data_file_name(self.model_file_name, placement.file_index)
         return ort.OrtExternalInitializerInfo(location, placement.offset, nbytes)
+
+    def store(self, name: str, data: memoryview, element_size: int) -> Placement:
+        """Place and write one tensor's bytes (subclasses may reuse an earlier placement instead)."""
+        placement = self.layout.place(name, len(data), element_size)
+        self._write(placement, data)
+        return placement
 
     def _write(self, placement: Placement, data: memoryview) -> None:
         target = self._target_for(placement.file_index)

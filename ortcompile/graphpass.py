@@ -32,6 +32,9 @@ class GraphSummary:
     graph_bytes: int
     embedded_blob_bytes: int
     blob_names: list[str] = field(default_factory=list)  # referenced blob files left beside the model
+    data_locations: list[str] = field(default_factory=list)  # external data files the graph references
+    external_initializers: int = 0
+    inline_initializers: int = 0
 
 
 def _attribute(node: Any, name: str) -> Any | None:
@@ -45,7 +48,7 @@ def epcontext_nodes(model: Any) -> list[Any]:
     return [n for n in model.graph.node if n.op_type == EPCONTEXT]
 
 
-def referenced_blobs(model: Any, staging_dir: Path) -> list[str]:
+def referenced_blobs(model: Any, staging_dir: Path, must_exist: bool = True) -> list[str]:
     """Blob files named by EPContext nodes (embed_mode=0), checked to be plain names inside the output."""
     names: list[str] = []
     for node in epcontext_nodes(model):
@@ -55,7 +58,7 @@ def referenced_blobs(model: Any, staging_dir: Path) -> list[str]:
         name = cache.s.decode("utf-8", errors="replace")
         if Path(name).is_absolute() or len(Path(name).parts) != 1:
             raise CompilationFailed(f"EP wrote a context path {name!r} that is not a plain file name in the output")
-        if not (staging_dir / name).is_file():
+        if must_exist and not (staging_dir / name).is_file():
             raise CompilationFailed(f"EP context file {name!r} named by node {node.name!r} was not written")
         if name not in names:
             names.append(name)
@@ -91,12 +94,16 @@ def embed_blobs(model: Any, staging_dir: Path, names: list[str]) -> int:
     return sum(len(c) for c in contents.values())
 
 
-def write_graph(graph_proto: bytes, staging_dir: Path, model_name: str, embed: EmbedPolicy, pool: Any) -> tuple[WrittenFile, GraphSummary]:
+def write_graph(graph_proto: bytes, staging_dir: Path, model_name: str, embed: EmbedPolicy, pool: Any,
+                blobs_pending: bool = False) -> tuple[WrittenFile, GraphSummary]:
+    """`blobs_pending`: a shared EP context is written only after the batch's last model (never embedded)."""
     import onnx
 
     model = onnx.load_model_from_string(graph_proto)
-    blobs = referenced_blobs(model, staging_dir)
-    blob_bytes = sum((staging_dir / n).stat().st_size for n in blobs)
+    blobs = referenced_blobs(model, staging_dir, must_exist=not blobs_pending)
+    if blobs_pending:
+        embed = "never"
+    blob_bytes = 0 if blobs_pending else sum((staging_dir / n).stat().st_size for n in blobs)
     embedded = 0
     if should_embed(embed, blob_bytes, len(graph_proto)):
         embedded = embed_blobs(model, staging_dir, blobs)
@@ -115,5 +122,8 @@ def write_graph(graph_proto: bytes, staging_dir: Path, model_name: str, embed: E
         raise
     written = target.close()
     remaining = collections.Counter(n.op_type for n in model.graph.node if n.op_type != EPCONTEXT)
-    summary = GraphSummary(len(epcontext_nodes(model)), dict(sorted(remaining.items())), size, embedded, blobs)
+    locations = sorted({e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"})
+    external = sum(1 for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
+    summary = GraphSummary(len(epcontext_nodes(model)), dict(sorted(remaining.items())), size, embedded, blobs, locations,
+                           external, len(model.graph.initializer) - external)
     return written, summary

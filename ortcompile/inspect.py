@@ -27,6 +27,7 @@ class DataFileUse:
     end: int = 0  # highest offset + length referenced
     size: int | None = None  # on disk; None when missing or unsafe
     safe: bool = True
+    shared: bool = False  # listed as shared with other models in the manifest
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -37,6 +38,7 @@ class DataFileUse:
             "missing": self.safe and self.size is None,
             "unsafe_path": not self.safe,
             "short": self.size is not None and self.size < self.end,
+            "shared": self.shared,
         }
 
 
@@ -103,6 +105,12 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
     align, threshold = _recorded_alignment(manifest)
     data_files, alignment = _initializer_layout(model, path.parent, align, threshold)
     epcontext = [_epcontext_entry(n, path.parent) for n in model.graph.node if n.op_type == "EPContext"]
+    shared = {f.get("name") for f in manifest.manifest.get("files", []) if f.get("shared")} if manifest.manifest else set()
+    for entry in epcontext:
+        if entry["blob"]:
+            entry["blob"]["shared"] = entry["blob"]["location"] in shared  # --share-weights: other models use it too
+    for use in data_files:
+        use.shared = use.name in shared
     inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
     report = InspectReport(
         model=path,
@@ -184,7 +192,8 @@ def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
     }
     if embed_mode == 0 and cache:
         use = _data_file(directory, cache.decode("utf-8", errors="replace"))
-        entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None, "unsafe_path": not use.safe}
+        entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None,
+                         "unsafe_path": not use.safe, "shared": False}
     return entry
 
 

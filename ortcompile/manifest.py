@@ -77,11 +77,19 @@ def build_manifest(
     options: dict[str, Any],
     nodes: dict[str, Any],
     initializers: dict[str, int],
+    shared: set[str] | None = None,
 ) -> dict[str, Any]:
+    """`shared`: names of files other models of a --share-weights batch reference too."""
+    entries = []
+    for f, role in files:
+        entry: dict[str, Any] = {"name": f.name, "role": role, "size": f.size, "sha256": f.sha256}
+        if shared is not None:
+            entry["shared"] = f.name in shared
+        entries.append(entry)
     return {
         "format": MANIFEST_FORMAT,
         "model": model_name,
-        "files": [{"name": f.name, "role": role, "size": f.size, "sha256": f.sha256} for f, role in files],
+        "files": entries,
         "input": input_digest.to_json(),
         "versions": versions,
         "options": options,

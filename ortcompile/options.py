@@ -31,6 +31,7 @@ class CompileOptions:
     verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
     verify_tolerance: Tolerance = field(default_factory=Tolerance)
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
+    share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
 
     def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
@@ -42,6 +43,7 @@ class CompileOptions:
             "fix_dims": dict(sorted(self.fix_dims.items())),
             "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
             "require_compiled": require_compiled,
+            "share_weights": self.share_weights,
         }  # verify settings are left out: they do not change a byte of the output
 
 

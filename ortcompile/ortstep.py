@@ -74,6 +74,7 @@ def compile_with_ort(
     require_compiled: bool,
     on_fallback: Callable[[str], None],
     blobs_in_memory: bool = False,
+    session_config: dict[str, str] | None = None,
 ) -> tuple[OrtOutput, DataPass]:
     """Compile; retry without the EP-context write callback when the EP does not support it.
 
@@ -83,7 +84,7 @@ def compile_with_ort(
     if ep.info.compiles and ep.name not in _CALLBACK_UNSUPPORTED_EPS:
         data_pass = make_data_pass()
         try:
-            return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, True, blobs_in_memory), data_pass
+            return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, True, blobs_in_memory, session_config), data_pass
         except _CallbackRefused:
             data_pass.abandon()
             _CALLBACK_UNSUPPORTED_EPS.add(ep.name)  # ORT refuses before any work: retrying is cheap
@@ -94,7 +95,7 @@ def compile_with_ort(
         on_fallback(f"{ep.name} does not support the EP-context write callback; it writes its own blob files")
     data_pass = make_data_pass()
     try:
-        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False), data_pass
+        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False, False, session_config), data_pass
     except BaseException:
         data_pass.abandon()
         raise
@@ -106,7 +107,7 @@ class _CallbackRefused(Exception):
 
 def _attempt(
     source: Path, ep: ResolvedEp, model_path: Path, data_pass: DataPass, overrides: dict[str, int], require_compiled: bool,
-    use_callback: bool, blobs_in_memory: bool = False,
+    use_callback: bool, blobs_in_memory: bool = False, session_config: dict[str, str] | None = None,
 ) -> OrtOutput:
     import onnxruntime as ort
 
@@ -117,6 +118,8 @@ def _attempt(
     options.add_session_config_entry("ep.context_file_path", str(model_path))
     for name, value in overrides.items():
         options.add_free_dimension_override_by_name(name, value)
+    for key, value in (session_config or {}).items():
+        options.add_session_config_entry(key, value)
     guard = _CallbackGuard()
     flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if require_compiled else ort.OrtCompileApiFlags.NONE
     compiler = ort.ModelCompiler(

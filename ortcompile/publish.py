@@ -178,7 +178,7 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def publish(self, ordered_names: list[str], names: OutputNames, force: bool) -> None:
+    def publish(self, ordered_names: list[str], names: OutputNames | list[OutputNames], force: bool) -> None:
         """Move staged files into place in order (data, model, manifest), then drop outputs no longer produced.
 
         Under the directory lock: recover killed publishes first, re-check --force (another process may
@@ -187,7 +187,7 @@ class Staging:
         try:
             with directory_lock(self.output_dir):
                 remove_stale_stages(self.output_dir)
-                existing = previous_outputs(self.output_dir, names)
+                existing = sorted({f for n in (names if isinstance(names, list) else [names]) for f in previous_outputs(self.output_dir, n)})
                 if existing and not force:
                     raise OutputError(f"{self.output_dir / existing[0]} already exists; pass --force to replace it")
                 journal = {"move": ordered_names, "delete": [n for n in existing if n not in ordered_names]}

@@ -44,7 +44,8 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
     lines.append(f"weights    {inits['inline']} inline ({human_size(inits['inline_bytes'])}), {inits['external']} external")
     for use in inits["files"]:
         state = "MISSING" if use["missing"] else "UNSAFE PATH" if use["unsafe_path"] else "SHORT" if use["short"] else human_size(use["size"])
-        lines.append(f"  file     {use['name']}: {use['tensors']} tensors, {human_size(use['referenced_bytes'])} referenced, {state}")
+        lines.append(f"  file     {use['name']}: {use['tensors']} tensors, {human_size(use['referenced_bytes'])} referenced, {state}"
+                     + (" (shared with other models)" if use.get("shared") else ""))
     align = report["alignment"]
     lines.append(f"alignment  {align['aligned']}/{align['large_tensors']} tensors >= {human_size(align['threshold'])} at {align['align']}-byte offsets")
     for item in align["unaligned"]:
@@ -63,7 +64,8 @@ def _blob(blob: dict[str, Any] | None) -> str:
     if not blob:
         return "no blob (refers to the main context)"
     state = "MISSING" if blob["missing"] else "UNSAFE PATH" if blob["unsafe_path"] else human_size(blob["size"])
-    return f"file {blob['location']} ({state})"
+    shared = ", shared EP context: other models use it too" if blob.get("shared") else ""
+    return f"file {blob['location']} ({state}{shared})"
 
 
 def verify_text(report: dict[str, Any]) -> list[str]:

@@ -38,3 +38,45 @@ def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int])
             raise InvalidModel(f"{model}: cannot load: {first_line(exc)}", detail=text) from exc
         raise CompilationFailed(f"{model}: session creation failed: {first_line(exc)}", detail=text) from exc
     return TimedSession(session, time.perf_counter() - start)
+
+
+def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict[str, int], timeout: float = 600) -> str:
+    """Create a session in a child process: '' if it loads, else why not (a crash becomes a message).
+
+    Some EP states kill the process instead of raising (QNN's HTP simulator segfaults on a shared
+    EP context), so anything risky is tried where it cannot take the build down.
+    """
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    spec = json.dumps({"model": str(model), "ep": ep_name, "ep_options": ep_options, "dims": dims})
+    try:
+        child = subprocess.run([sys.executable, "-c", "from ortcompile.sessions import _probe_main; _probe_main()", spec],
+                               capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return f"loading did not finish within {timeout:.0f} s"
+    if child.returncode == 0:
+        return ""
+    if child.returncode < 0:
+        return f"the EP crashed the loading process ({signal.Signals(-child.returncode).name})"
+    lines = [line for line in child.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"loading failed with exit code {child.returncode}"
+
+
+def _probe_main() -> None:
+    """Child side of probe_load."""
+    import json
+    import os
+    import sys
+
+    from ortcompile import eps
+
+    spec = json.loads(sys.argv[1])
+    try:
+        open_timed_session(Path(spec["model"]), eps.resolve(spec["ep"], spec["ep_options"]), spec["dims"])
+    except Exception as exc:  # reported to the parent as the last stderr line
+        print(first_line(exc), file=sys.stderr, flush=True)
+        os._exit(1)
+    os._exit(0)

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 
 from ortcompile import eps
-from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.errors import CompilationFailed, InvalidModel, UsageError
 from ortcompile.inspect import inspect_model
 from ortcompile.integrity import ManifestStatus, check_manifest
 from ortcompile.options import Tolerance
 from ortcompile.inputs import make_inputs
-from ortcompile.sessions import open_timed_session
+from ortcompile.sessions import open_timed_session, probe_load
 from ortcompile.shapes import dimension_overrides
 from ortcompile.source import SourceModel, read_source
 
@@ -124,8 +124,17 @@ def verify_model(
     if not report.integrity_ok:
         return report
     report.dims = choose_dims(source, structure.inputs, integrity.manifest.get("options", {}), fix_dims or {})
+    if _shares_ep_context(integrity):
+        why = probe_load(compiled, resolved.info.short_name, resolved.options, report.dims)
+        if why:
+            raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")
     _compare_sessions(report, resolved, [seed + i for i in range(max(1, runs))], time_source)
     return report
+
+
+def _shares_ep_context(integrity: ManifestStatus) -> bool:
+    """Part of a --share-weights batch whose EP context several models use."""
+    return any(f.get("role") == "ep_context" and f.get("shared") for f in integrity.manifest.get("files", []))
 
 
 def _resolve_ep(ep: str | eps.ResolvedEp | None, integrity: ManifestStatus) -> eps.ResolvedEp:

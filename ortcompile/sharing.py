@@ -1,0 +1,137 @@
+"""`--share-weights`: compile several models that share weights (e.g. an LLM's prefill and decode graphs).
+
+Two kinds of sharing, both deterministic:
+- CPU-side initializers are content-addressed: a tensor whose bytes (sha256) were already written for an
+  earlier model in the batch is referenced where it is, so identical weights are stored once, in
+  `<first stem>_shared.data` (shards `.data.1`, ...).
+- EP contexts are shared through ONNX Runtime's `ep.share_ep_contexts` (the last model also sets
+  `ep.stop_share_ep_contexts`): an EP that supports it (QNN does) writes one blob, named after the first
+  model, that every model's EPContext nodes reference. Blobs are never embedded in this mode.
+
+The batch is one unit: compiled into one staging directory and published together, or not at all.
+Each model gets its own manifest listing every file it needs, shared ones marked `"shared": true`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compiler import _Job, _node_counts, _versions, compile_pass, graph_pass, peak_rss_bytes
+from ortcompile.datapass import DataPass, FileSink, WrittenFile
+from ortcompile.errors import CompilationFailed, UsageError
+from ortcompile.graphpass import GraphSummary
+from ortcompile.incremental import write_stamp
+from ortcompile.manifest import build_manifest, digest_inputs, hash_file, manifest_bytes
+from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.plan import DataLayout, Placement
+from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.publish import Staging, output_error
+
+SHARE_CONTEXTS = "ep.share_ep_contexts"
+STOP_SHARING = "ep.stop_share_ep_contexts"
+
+
+class SharedDataPass(DataPass):
+    """One data pass for the whole batch: writes each distinct tensor content once."""
+
+    def __init__(self, sink: FileSink, shared_name: str, layout: DataLayout) -> None:
+        super().__init__(sink, shared_name, layout)
+        self.by_content: dict[str, Placement] = {}
+        self.reused_bytes = 0
+
+    def store(self, name: str, data: memoryview, element_size: int) -> Placement:
+        key = hashlib.sha256(data).hexdigest()
+        earlier = self.by_content.get(key)
+        needed = self.layout.policy.alignment_for(len(data), element_size)
+        if earlier is not None and earlier.nbytes == len(data) and earlier.offset % needed == 0:
+            self.reused_bytes += len(data)
+            return earlier
+        placement = super().store(name, data, element_size)
+        self.by_content[key] = placement
+        return placement
+
+    def abandon(self) -> None:
+        """Per-model failures abort the whole batch; the staging directory is removed by its owner."""
+
+    def close(self) -> list[WrittenFile]:
+        return DataPass.finish(self)
+
+
+def compile_shared(sources: list[Path], output_dir: Path, options: CompileOptions, reporter: Reporter | None = None) -> list[CompileResult]:
+    """Compile `sources` as one weight-sharing batch into `output_dir`, atomically."""
+    reporter = reporter or SilentReporter()
+    if len(sources) < 2:
+        raise UsageError("--share-weights needs at least two models")
+    options = dataclasses.replace(options, embed="never", share_weights=True)  # a shared blob belongs to several models
+    jobs = [_Job.plan(Path(s), output_dir, options, reporter) for s in sources]
+    stems = [job.names.stem for job in jobs]
+    if len(set(stems)) != len(stems):
+        raise UsageError(f"--share-weights: two models would both be named {next(s for s in stems if stems.count(s) > 1)}_ctx.onnx")
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging:
+        digests = [digester.submit(digest_inputs, j.source.path, j.source.external_files) for j in jobs]
+        shared = SharedDataPass(FileSink(staging.path), f"{stems[0]}_shared", DataLayout(options.layout))
+        graphs = [_compile_member(job, staging.path, shared, last=(i == len(jobs) - 1)) for i, job in enumerate(jobs)]
+        data_files = {f.name: f for f in shared.close()}
+        reporter.detail(f"shared weights: {shared.reused_bytes} bytes stored once instead of again")
+        results, ordered = _write_manifests(jobs, graphs, data_files, staging.path, [d.result() for d in digests])
+        staging.publish(ordered, [job.names for job in jobs], options.force)
+        for job, digest in zip(jobs, digests):
+            write_stamp(output_dir, job.names, job.source.path, digest.result())
+    return results
+
+
+def _compile_member(job: _Job, staging_dir: Path, shared: SharedDataPass, last: bool) -> tuple[WrittenFile, GraphSummary]:
+    clock = time.perf_counter()
+    config = {SHARE_CONTEXTS: "1", **({STOP_SHARING: "1"} if last else {})} if job.ep.info.compiles else {}
+    ort_output, _ = compile_pass(job, staging_dir, lambda: shared, config)
+    job.timings["compile"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    written = graph_pass(job, staging_dir, ort_output.graph_proto, "never", blobs_pending=True)
+    job.timings["graph_pass"] = time.perf_counter() - clock
+    return written
+
+
+def _write_manifests(jobs: list[_Job], graphs: list[tuple[WrittenFile, GraphSummary]], data_files: dict[str, WrittenFile],
+                     staging_dir: Path, digests: list[Any]) -> tuple[list[CompileResult], list[str]]:
+    """One manifest per model, listing the files its graph references; returns results and publish order."""
+    users: dict[str, int] = {}
+    for _, graph in graphs:
+        for name in [*graph.data_locations, *graph.blob_names]:
+            users[name] = users.get(name, 0) + 1
+    missing = sorted({n for _, g in graphs for n in g.blob_names if not (staging_dir / n).is_file()})
+    if missing:
+        raise CompilationFailed(f"the EP did not write the shared context file {missing[0]!r} its nodes reference")
+    blobs = {name: hash_file(staging_dir / name) for _, g in graphs for name in g.blob_names}
+    results, models = [], []
+    for job, (model_file, graph), digest in zip(jobs, graphs, digests):
+        files = [(model_file, "model"), *((data_files[n], "data") for n in graph.data_locations), *((blobs[n], "ep_context") for n in graph.blob_names)]
+        manifest = build_manifest(
+            model_name=job.names.model, files=files, input_digest=digest, versions=_versions(job.ep),
+            options=job.options.recorded(job.ep.info.short_name, job.require_compiled),
+            nodes={**_node_counts(job.source, graph)},
+            initializers={"external": graph.external_initializers, "inline": graph.inline_initializers},
+            shared={name for name, count in users.items() if count > 1},
+        )
+        try:
+            (staging_dir / job.names.manifest).write_bytes(manifest_bytes(manifest))
+        except OSError as exc:
+            raise output_error(exc, job.names.manifest) from exc
+        models.append(job.names.model)
+        results.append(_result(job, manifest, graph))
+    ordered = [*sorted(data_files), *sorted(blobs), *models, *(job.names.manifest for job in jobs)]
+    return results, ordered
+
+
+def _result(job: _Job, manifest: dict[str, Any], graph: GraphSummary) -> CompileResult:
+    return CompileResult(
+        source=job.source.path, output_dir=job.output_dir, model=job.names.model, ep=job.ep.name, ep_version=job.ep.version,
+        files=manifest["files"], epcontext_nodes=graph.epcontext_nodes, remaining_ops=graph.remaining_ops,
+        graph_bytes=graph.graph_bytes, external_initializers=graph.external_initializers, inline_initializers=graph.inline_initializers, timings=job.timings,
+        peak_rss_bytes=peak_rss_bytes(),
+        inputs=[job.source.path, *(job.source.path.parent / e.location for e in job.source.external_refs)],
+    )
