@@ -89,6 +89,10 @@ def check_output_dir(out: Path, stem: str) -> dict[str, Any]:
     # The stamp is a cache of input fingerprints for --if-changed, documented as "not an output".
     allowed_extra = {manifest_path.name, f".{stem}_ctx.stamp.json"}
     on_disk = set(os.listdir(out))
+    for other in out.glob("*_ctx.manifest.json"):  # other models compiled into the same directory
+        if other != manifest_path:
+            other_stem = other.name[: -len("_ctx.manifest.json")]
+            on_disk -= {f["name"] for f in json.loads(other.read_text())["files"]} | {other.name, f".{other_stem}_ctx.stamp.json"}
     assert set(listed) <= on_disk, (listed, on_disk)
     assert on_disk - set(listed) <= allowed_extra, on_disk - set(listed)
     assert manifest_path.name in on_disk

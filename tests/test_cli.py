@@ -1,0 +1,256 @@
+"""The command line as scripts use it: stdout contents, exit codes, one-line errors, `eps`.
+
+Every test runs `python -m ortcompile` in a fresh process (real ORT, real QNN EP).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import onnx
+import pytest
+
+from helpers import (
+    FIXTURES,
+    assert_no_junk,
+    assert_one_line_error,
+    check_output_dir,
+    cpu_session,
+    run_cli,
+    seeded_inputs,
+    snapshot,
+)
+
+SPLIT = FIXTURES / "split.onnx"
+DYNAMIC = FIXTURES / "dynamic.onnx"
+
+
+# ---------------------------------------------------------------- stdout
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_json_is_the_only_thing_on_stdout(verbose: bool, tmp_path: Path) -> None:
+    """The QNN SDK printf()s a banner while it loads; with --json (and -v) stdout must still parse."""
+    proc = run_cli("compile", FIXTURES / "mlp.onnx", SPLIT, "-o", tmp_path, "--ep", "qnn", "--json", *(["-v"] if verbose else []))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # fails on any stray line
+    assert list(report) == ["outputs"]
+    assert [Path(o["model"]).name for o in report["outputs"]] == ["mlp_ctx.onnx", "split_ctx.onnx"]
+    for output, stem, nodes in zip(report["outputs"], ["mlp", "split"], [1, 3]):
+        manifest = check_output_dir(tmp_path, stem)
+        assert output["files"] == manifest["files"]
+        assert all(set(f) >= {"name", "size", "sha256", "role"} for f in output["files"])
+        assert output["total_bytes"] == sum(f["size"] for f in output["files"]) > 0
+        assert output["epcontext_nodes"] == nodes
+        assert output["timings"] and all(isinstance(v, (int, float)) and v >= 0 for v in output["timings"].values())
+        assert "compile" in output["timings"]
+        assert isinstance(output["peak_rss_bytes"], int) and 50 << 20 < output["peak_rss_bytes"] < 8 << 30
+    if verbose:
+        assert "ortcompile:" in proc.stderr  # -v detail goes to stderr, never stdout
+
+
+def test_quiet_prints_nothing(tmp_path: Path) -> None:
+    proc = run_cli("compile", SPLIT, "-o", tmp_path, "--ep", "qnn", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == ""
+    check_output_dir(tmp_path, "split")
+
+
+def test_quiet_still_reports_errors(tmp_path: Path) -> None:
+    proc = run_cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "out", "-q")
+    assert proc.returncode == 3
+    assert proc.stdout == ""
+    assert_one_line_error(proc.stderr, "missing.onnx")
+
+
+def test_default_prints_one_summary_line_per_model(tmp_path: Path) -> None:
+    proc = run_cli("compile", SPLIT, "-o", tmp_path, "--ep", "qnn")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1
+    assert str(tmp_path / "split_ctx.onnx") in lines[0] and "3 EPContext nodes" in lines[0]
+
+
+# ---------------------------------------------------------------- exit code 1: the EP compiled nothing
+
+def test_dynamic_model_without_fix_dim_fails_with_a_hint(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_cli("compile", DYNAMIC, "-o", out, "--ep", "qnn")
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    line = assert_one_line_error(proc.stderr, "compiled no nodes", "x[batch,256]", "--fix-dim batch=1")
+    assert "--allow-partial" in line
+    assert snapshot(out) == {}  # nothing published, nothing left
+
+
+def test_allow_partial_publishes_a_cpu_only_model(tmp_path: Path) -> None:
+    proc = run_cli("compile", DYNAMIC, "-o", tmp_path, "--ep", "qnn", "--allow-partial", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["outputs"][0]["epcontext_nodes"] == 0
+    check_output_dir(tmp_path, "dynamic")
+    model = onnx.load(str(tmp_path / "dynamic_ctx.onnx"), load_external_data=False)
+    assert [n.op_type for n in model.graph.node] == ["MatMul", "Add", "Relu", "MatMul"]
+    # Still dynamic: runs on the CPU EP at any batch, exactly like the source.
+    compiled, source = cpu_session(tmp_path / "dynamic_ctx.onnx"), cpu_session(DYNAMIC)
+    feeds = seeded_inputs(source, 0, {"batch": 3})
+    assert compiled.run(None, feeds)[0].tobytes() == source.run(None, feeds)[0].tobytes()
+
+
+# ---------------------------------------------------------------- exit code 2: usage errors
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ep-option", "novalue"], "--ep-option"),
+    (["--ep-option", "=x"], "--ep-option"),
+    (["--ep", "bogus"], "bogus"),
+    (["--fix-dim", "batch"], "--fix-dim"),
+    (["--fix-dim", "batch=x"], "--fix-dim"),
+    (["--fix-dim", "batch=0"], "--fix-dim"),
+    (["--fix-dim", "nosuch=1"], "nosuch"),  # unknown dim: says which ones exist
+    (["--fix-shape", "x=1"], "--fix-shape"),  # wrong rank
+    (["--fix-shape", "x=a,b"], "--fix-shape"),
+    (["--fix-shape", "1,256"], "--fix-shape"),
+    (["--fix-shape", "nosuch=1,256"], "nosuch"),
+    (["--align", "3000"], "--align"),
+    (["--shard-size", "0"], "--shard-size"),
+])
+def test_usage_errors_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = run_cli("compile", DYNAMIC, "-o", out, "--ep", "qnn", *args)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    assert_one_line_error(proc.stderr, needle)
+    assert not out.exists()  # rejected before anything was created
+
+
+def test_unknown_dim_lists_the_known_ones(tmp_path: Path) -> None:
+    proc = run_cli("compile", DYNAMIC, "-o", tmp_path, "--fix-dim", "nosuch=1")
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "batch")
+
+
+@pytest.mark.parametrize("args", [["--embed", "sometimes"], ["--inline-threshold", "abc"], ["--bogus-flag"]])
+def test_click_usage_errors_exit_2_without_traceback(args: list[str], tmp_path: Path) -> None:
+    proc = run_cli("compile", SPLIT, "-o", tmp_path / "out", *args)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "Error:" in proc.stderr
+    assert proc.stdout == ""
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- exit code 3: bad input
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "no such file"),
+    (b"", "empty"),
+    (b"\xff\xfe not a protobuf \x00\x01" * 50, "not a valid ONNX model"),
+    (b"hello, I am a text file\n", ""),
+])
+def test_bad_input_exits_3(content: bytes | None, needle: str, tmp_path: Path) -> None:
+    model = tmp_path / "in.onnx"
+    if content is not None:
+        model.write_bytes(content)
+    out = tmp_path / "out"
+    proc = run_cli("compile", model, "-o", out, "--ep", "cpu")
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == ""
+    assert_one_line_error(proc.stderr, "in.onnx", needle)
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- exit code 4: the output
+
+def test_existing_output_needs_force(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    first = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "never", "-q")
+    assert first.returncode == 0, first.stderr
+    before = snapshot(out)
+    again = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "always")
+    assert again.returncode == 4
+    assert_one_line_error(again.stderr, "already exists", "--force")
+    assert snapshot(out) == before
+
+
+def test_force_replaces_the_previous_output(tmp_path: Path) -> None:
+    """--embed never then --force --embed always: the old .bin, not produced any more, is removed too."""
+    out = tmp_path / "out"
+    (out).mkdir()
+    (out / "unrelated.txt").write_text("not ours")
+    assert run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "never", "-q").returncode == 0
+    assert (out / "split_ctx_qnn.bin").is_file()
+    proc = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "always", "--force", "-q")
+    assert proc.returncode == 0, proc.stderr
+    names = set(os.listdir(out)) - {"unrelated.txt"}
+    manifest = json.loads((out / "split_ctx.manifest.json").read_text())
+    assert manifest["options"]["embed"] == "always"
+    assert names - {".split_ctx.stamp.json"} == {f["name"] for f in manifest["files"]} | {"split_ctx.manifest.json"}
+    assert not (out / "split_ctx_qnn.bin").exists()
+    assert (out / "unrelated.txt").read_text() == "not ours"  # --force touches only this model's outputs
+    assert_no_junk(out)
+
+
+def test_output_path_is_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "out"
+    target.write_text("a file")
+    proc = run_cli("compile", SPLIT, "-o", target, "--ep", "qnn")
+    assert proc.returncode == 4
+    assert_one_line_error(proc.stderr, "is a file")
+    assert target.read_text() == "a file"
+
+
+def _model_with_external_data(path: Path, data_name: str) -> None:
+    model = onnx.load(str(FIXTURES / "mlp.onnx"))
+    onnx.save(model, str(path), save_as_external_data=True, location=data_name, size_threshold=1024)
+
+
+def test_output_would_overwrite_input_via_symlink(tmp_path: Path) -> None:
+    """The destination's model name resolves to the input (a symlink left by a build script)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    _model_with_external_data(src / "m.onnx", "m.onnx.data")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "m_ctx.onnx").symlink_to(src / "m.onnx")
+    before_src, before_out = snapshot(src), snapshot(out)
+    proc = run_cli("compile", src / "m.onnx", "-o", out, "--ep", "cpu", "--force")
+    assert proc.returncode == 4
+    assert_one_line_error(proc.stderr, "overwrite the input")
+    assert snapshot(src) == before_src and snapshot(out) == before_out
+
+
+@pytest.mark.xfail(strict=True, reason="functional-1: an input data file named like an output data file is overwritten")
+def test_output_would_overwrite_input_external_data(tmp_path: Path) -> None:
+    """Compiling into the model's own directory, when its external data is named like our data output."""
+    _model_with_external_data(tmp_path / "m.onnx", "m_ctx.onnx.data")
+    before = snapshot(tmp_path)
+    proc = run_cli("compile", tmp_path / "m.onnx", "-o", tmp_path, "--ep", "cpu")
+    assert snapshot(tmp_path) == before  # the input is intact whatever happens
+    assert proc.returncode == 4
+    assert_one_line_error(proc.stderr, "overwrite the input")
+
+
+# ---------------------------------------------------------------- eps
+
+def test_eps_json(tmp_path: Path) -> None:
+    proc = run_cli("eps", "--json")
+    assert proc.returncode == 0, proc.stderr
+    eps = {e["name"]: e for e in json.loads(proc.stdout)["eps"]}
+    assert eps["qnn"]["available"] is True and eps["qnn"]["produces_epcontext"] is True
+    assert eps["qnn"]["ep_name"] == "QNNExecutionProvider" and eps["qnn"]["devices"]
+    assert eps["cpu"]["available"] is True and eps["cpu"]["produces_epcontext"] is False
+    for name in ("openvino", "webgpu"):  # not installed here: listed, unavailable, with the pip command
+        assert eps[name]["available"] is False
+        assert "pip install" in eps[name]["note"]
+
+
+def test_eps_text_and_quiet() -> None:
+    text = run_cli("eps")
+    assert text.returncode == 0, text.stderr
+    rows = {line.split()[0]: line.split() for line in text.stdout.splitlines()[1:]}
+    assert rows["qnn"][1:4] == ["QNNExecutionProvider", "yes", "yes"]
+    assert rows["cpu"][1:4] == ["CPUExecutionProvider", "yes", "no"]
+    quiet = run_cli("eps", "-q")
+    assert quiet.returncode == 0 and quiet.stdout == ""
+
