@@ -1,0 +1,451 @@
+"""`ortcompile verify` and `ortcompile compile --verify`: a compiled model must compute what its source computes.
+
+The compiled outputs come from the real compiler (QNN's HTP simulator; the CPU EP where a test needs symbolic
+dims to survive compilation). Damage is real too: bytes flipped in data files, ops swapped in the graph, files
+truncated or deleted. Each test asserts exit codes, the one-line error, and the numbers in the JSON report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from ortcompile.inputs import make_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "fixtures"
+CLI = [sys.executable, "-m", "ortcompile"]
+
+# QNN (HTP simulator) against the CPU EP, measured on the fixtures: max abs diff 2.4e-7 .. 3.6e-7 (outputs up
+# to ~2.5): float32 summation-order noise. Never exactly 0 on these fixtures, which is what makes
+# `--rtol 0 --atol 0` a real, reproducible verification failure. 1e-5 is 25x the noise.
+QNN_NOISE_BOUND = 1e-5
+
+TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "tolerance", "integrity", "dims", "session_seconds",
+            "load_speedup", "runs", "failure"}
+INTEGRITY_KEYS = {"path", "found", "hashed", "ok", "problems", "files", "referenced_files_problems"}
+INTEGRITY_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "status"}
+RUN_KEYS = {"seed", "outputs"}
+OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "ok"}
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def run(*args: object, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def verify_json(model: Path, reference: Path, *extra: object, code: int = 0) -> dict:
+    proc = run("verify", model, "--reference", reference, "--json", *extra)
+    assert proc.returncode == code, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def compile_to(source: Path, out: Path, *extra: object) -> Path:
+    proc = run("compile", source, "-o", out, "-q", *extra)
+    assert proc.returncode == 0, proc.stderr
+    return out / f"{source.stem}_ctx.onnx"
+
+
+def sha256_of(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def refresh_manifest(model: Path) -> None:
+    """Record the current size and sha256 of every listed file: the tampering is invisible to integrity."""
+    path = model.with_name(model.name[: -len(".onnx")] + ".manifest.json")
+    manifest = json.loads(path.read_text())
+    for entry in manifest["files"]:
+        target = model.parent / entry["name"]
+        entry["size"], entry["sha256"] = target.stat().st_size, sha256_of(target)
+    path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
+def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+    """The one line ortcompile prints on failure (native libraries may log other lines; no traceback)."""
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def copy_output(model: Path, tmp_path: Path) -> Path:
+    target = tmp_path / model.parent.name
+    shutil.copytree(model.parent, target)
+    return target / model.name
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    base = tmp_path_factory.mktemp("verify-built")
+    return {
+        "mlp": compile_to(FIXTURES / "mlp.onnx", base / "mlp"),  # 1 EPContext node, blob embedded
+        "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never"),  # 3 nodes, _qnn.bin, W_mod in .data
+        "dynamic": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic", "--fix-dim", "batch=1"),
+        "dynamic_cpu": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic_cpu", "--ep", "cpu"),  # 'batch' stays symbolic
+        "mixed_cpu": compile_to(FIXTURES / "mixed.onnx", base / "mixed_cpu", "--ep", "cpu"),  # 'n' stays symbolic
+    }
+
+
+# ---------------------------------------------------------------- good outputs pass
+
+
+@pytest.mark.parametrize("name", ["mlp", "split", "dynamic"])
+def test_good_qnn_outputs_pass(built: dict[str, Path], name: str) -> None:
+    model, source = built[name], FIXTURES / f"{name}.onnx"
+    report = verify_json(model, source)
+    assert report["ok"] is True and report["failure"] == ""
+    assert (report["compiled"], report["reference"], report["ep"]) == (str(model), str(source), "QNNExecutionProvider")
+    assert report["tolerance"] == {"rtol": 1e-3, "atol": 1e-4}
+    integrity = report["integrity"]
+    assert (integrity["found"], integrity["hashed"], integrity["ok"], integrity["problems"]) == (True, True, True, [])
+    assert integrity["referenced_files_problems"] == []
+    assert all(f["sha256_ok"] is True and f["status"] == "ok" for f in integrity["files"])
+
+    [run_] = report["runs"]
+    [out] = run_["outputs"]
+    assert run_["seed"] == 0
+    assert (out["name"], out["shape"], out["dtype"], out["total"], out["mismatches"], out["ok"]) == ("y", [1, 256], "float32", 256, 0, True)
+    assert 0 < out["max_abs"] < QNN_NOISE_BOUND  # the simulator really ran: not bit-identical to the CPU EP
+    assert 0 < out["max_rel"] < 1e-3
+
+    seconds = report["session_seconds"]
+    assert set(seconds) == {"compiled", "source_on_ep", "source_on_cpu"}
+    assert all(value > 0 for value in seconds.values())
+    assert report["load_speedup"] == round(seconds["source_on_ep"] / seconds["compiled"], 2)
+    assert report["dims"] == ({"batch": 1} if name == "dynamic" else {})
+
+
+def test_json_schema_keys_are_exactly_the_documented_ones(built: dict[str, Path]) -> None:
+    report = verify_json(built["split"], FIXTURES / "split.onnx", "--runs", "2")
+    assert set(report) == TOP_KEYS
+    assert report["format"] == "ortcompile-verify/1"
+    assert set(report["tolerance"]) == {"rtol", "atol"}
+    assert set(report["integrity"]) == INTEGRITY_KEYS
+    assert report["integrity"]["files"] and all(set(f) == INTEGRITY_FILE_KEYS for f in report["integrity"]["files"])
+    assert len(report["runs"]) == 2 and all(set(r) == RUN_KEYS for r in report["runs"])
+    assert all(set(o) == OUTPUT_KEYS for r in report["runs"] for o in r["outputs"])
+    assert set(report["session_seconds"]) == {"compiled", "source_on_ep", "source_on_cpu"}
+
+
+def test_text_report(built: dict[str, Path]) -> None:
+    proc = run("verify", built["split"], "--reference", FIXTURES / "split.onnx")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "integrity  ok: 3 files, sizes and sha256"
+    assert lines[1].startswith("load       compiled ") and " on QNNExecutionProvider, source " in lines[1] and "on the same EP" in lines[1]
+    assert lines[2].startswith("output     y seed=0: ok, max abs ") and lines[2].endswith(", 0/256 outside tolerance")
+    assert lines[-1] == "result     ok"
+    quiet = run("verify", built["split"], "--reference", FIXTURES / "split.onnx", "-q")
+    assert (quiet.returncode, quiet.stdout) == (0, "")
+
+
+def test_no_time_source_skips_the_source_on_ep_session(built: dict[str, Path]) -> None:
+    report = verify_json(built["mlp"], FIXTURES / "mlp.onnx", "--no-time-source")
+    assert report["ok"] is True
+    assert set(report["session_seconds"]) == {"compiled", "source_on_cpu"}
+    assert report["load_speedup"] is None
+
+
+def test_ep_defaults_to_the_one_in_the_manifest(built: dict[str, Path]) -> None:
+    """Compiled with --ep cpu: verified on the CPU EP though --ep auto would pick QNN here."""
+    report = verify_json(built["dynamic_cpu"], FIXTURES / "dynamic.onnx")
+    assert report["ep"] == "CPUExecutionProvider" and report["ok"] is True
+    assert report["runs"][0]["outputs"][0]["max_abs"] == 0.0  # same EP, same weights: bit-identical
+    seconds = report["session_seconds"]
+    assert seconds["source_on_ep"] == seconds["source_on_cpu"]
+
+
+def test_ep_that_cannot_run_the_epcontext_nodes_fails_clearly(built: dict[str, Path]) -> None:
+    proc = run("verify", built["split"], "--reference", FIXTURES / "split.onnx", "--ep", "cpu")
+    assert proc.returncode == 1
+    line = error_line(proc)
+    assert "session creation failed" in line and "QNNExecutionProvider" in line
+
+
+# ---------------------------------------------------------------- wrong outputs fail with exit 5
+
+
+def _split_input_seed0() -> np.ndarray:
+    session = ort.InferenceSession(str(FIXTURES / "split.onnx"), providers=["CPUExecutionProvider"])
+    feeds, _ = make_inputs(session, 0, {})
+    return feeds["x"]
+
+
+def test_flipped_weight_byte_in_data_file_fails_with_exit_5(built: dict[str, Path], tmp_path: Path) -> None:
+    """W_mod (the divisor of the CPU-side Mod) lives in split_ctx.onnx.data. Flip one exponent bit of the
+    element that matters most for seed 0's input, update the manifest so integrity passes: only the
+    output comparison can catch it."""
+    model = copy_output(built["split"], tmp_path)
+    source = onnx.load_model(str(FIXTURES / "split.onnx"))
+    weights = {t.name: numpy_helper.to_array(t) for t in source.graph.initializer}
+    b = np.maximum(_split_input_seed0() @ weights["W1"], 0)
+    k = int(np.argmax(np.fmod(b, weights["W_mod"])[0]))  # the element whose Mod result is largest
+    assert np.fmod(b, weights["W_mod"])[0, k] > 0.1
+
+    proto = onnx.load_model(str(model), load_external_data=False)
+    tensor = next(t for t in proto.graph.initializer if t.name == "W_mod")
+    fields = {e.key: e.value for e in tensor.external_data}
+    data = model.parent / fields["location"]
+    position = int(fields.get("offset", 0)) + 4 * k + 3  # little-endian float32: byte 3 holds sign and exponent
+    raw = bytearray(data.read_bytes())
+    raw[position] ^= 0x40 if raw[position] & 0x40 else 0x20  # clears a high exponent bit: the value becomes tiny
+    data.write_bytes(bytes(raw))
+    flipped = np.frombuffer(bytes(raw[position - 3 : position + 1]), dtype="<f4")[0]
+    assert weights["W_mod"][0, k] >= 0.5 and abs(flipped) < 1e-10
+    refresh_manifest(model)
+
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
+    assert proc.returncode == 5
+    report = json.loads(proc.stdout)
+    assert report["integrity"]["ok"] is True  # the manifest was updated: integrity cannot see the change
+    assert report["ok"] is False
+    [out] = report["runs"][0]["outputs"]
+    assert out["ok"] is False and out["mismatches"] > 100 and out["max_abs"] > 0.05  # measured 255/256, 0.24
+    line = error_line(proc)
+    assert line.startswith("ortcompile: error: output 'y' differs from the source (seed 0): ")
+    assert f"{out['mismatches']}/256 elements outside rtol=0.001 atol=0.0001" in line
+
+
+def test_changed_op_in_compiled_graph_fails_with_exit_5(built: dict[str, Path], tmp_path: Path) -> None:
+    """The CPU-side Sinh becomes Cosh in the compiled graph (manifest updated): every output element moves."""
+    model = copy_output(built["split"], tmp_path)
+    proto = onnx.load_model(str(model), load_external_data=False)
+    [node] = [n for n in proto.graph.node if n.op_type == "Sinh"]
+    node.op_type = "Cosh"
+    onnx.save_model(proto, str(model))
+    refresh_manifest(model)
+
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
+    assert proc.returncode == 5
+    report = json.loads(proc.stdout)
+    assert report["integrity"]["ok"] is True
+    [out] = report["runs"][0]["outputs"]
+    assert out["mismatches"] > 200 and out["max_abs"] > 0.1
+    assert report["failure"] == error_line(proc).removeprefix("ortcompile: error: ")
+    text = run("verify", model, "--reference", FIXTURES / "split.onnx")
+    assert text.returncode == 5
+    assert any(line.startswith("output     y seed=0: MISMATCH, max abs ") for line in text.stdout.splitlines())
+    assert text.stdout.splitlines()[-1] == f"result     FAILED: {report['failure']}"
+
+
+def test_int64_and_bool_outputs_are_compared_exactly(built: dict[str, Path], tmp_path: Path) -> None:
+    """ArgMax -> ArgMin changes the int64 output, Greater -> Less the bool one; y and y16 stay equal."""
+    model = copy_output(built["mixed_cpu"], tmp_path)
+    proto = onnx.load_model(str(model), load_external_data=False)
+    swaps = {"ArgMax": "ArgMin", "Greater": "Less"}
+    for node in proto.graph.node:
+        node.op_type = swaps.get(node.op_type, node.op_type)
+    onnx.save_model(proto, str(model))
+    refresh_manifest(model)
+
+    proc = run("verify", model, "--reference", FIXTURES / "mixed.onnx", "--json")
+    assert proc.returncode == 5, proc.stderr
+    outputs = {o["name"]: o for o in json.loads(proc.stdout)["runs"][0]["outputs"]}
+    assert {n: o["dtype"] for n, o in outputs.items()} == {"y": "float32", "y16": "float16", "top": "int64", "pos": "bool"}
+    assert outputs["y"]["ok"] and outputs["y16"]["ok"]
+    assert (outputs["top"]["mismatches"], outputs["top"]["total"]) == (1, 1) and outputs["top"]["max_abs"] >= 1
+    assert 0 < outputs["pos"]["mismatches"] <= 16 and outputs["pos"]["max_abs"] == 1.0
+    assert "output 'top' differs from the source (seed 0): 1/1 elements" in error_line(proc)
+
+
+def test_zero_tolerance_catches_qnn_float_noise(built: dict[str, Path]) -> None:
+    report = verify_json(built["split"], FIXTURES / "split.onnx", "--rtol", "0", "--atol", "0", code=5)
+    assert report["tolerance"] == {"rtol": 0.0, "atol": 0.0}
+    [out] = report["runs"][0]["outputs"]
+    assert out["mismatches"] > 100 and 0 < out["max_abs"] < QNN_NOISE_BOUND
+    assert "outside rtol=0.0 atol=0.0" in report["failure"]
+    # An absolute tolerance above the measured noise accepts the same output.
+    assert verify_json(built["split"], FIXTURES / "split.onnx", "--rtol", "0", "--atol", str(QNN_NOISE_BOUND))["ok"] is True
+
+
+# ---------------------------------------------------------------- integrity first
+
+
+@pytest.mark.parametrize(("victim", "cut"), [("split_ctx.onnx.data", 1000), ("split_ctx_qnn.bin", 4096)])
+def test_truncated_file_fails_integrity_before_anything_runs(built: dict[str, Path], tmp_path: Path, victim: str, cut: int) -> None:
+    model = copy_output(built["split"], tmp_path)
+    path = model.parent / victim
+    size = path.stat().st_size
+    os.truncate(path, size - cut if victim.endswith(".bin") else cut)
+    now = path.stat().st_size
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
+    assert proc.returncode == 5
+    report = json.loads(proc.stdout)
+    assert report["integrity"]["ok"] is False
+    assert report["session_seconds"] == {} and report["runs"] == []  # no session was opened
+    assert next(f for f in report["integrity"]["files"] if f["name"] == victim)["status"] == f"size {now}, manifest says {size}"
+    line = error_line(proc)
+    assert line.startswith(f"ortcompile: error: integrity check failed: {victim}: size {now}, manifest says {size}")
+
+
+def test_missing_file_fails_integrity(built: dict[str, Path], tmp_path: Path) -> None:
+    model = copy_output(built["split"], tmp_path)
+    (model.parent / "split_ctx.onnx.data").unlink()
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx")
+    assert proc.returncode == 5
+    line = error_line(proc)
+    assert line.startswith("ortcompile: error: integrity check failed: split_ctx.onnx.data: missing")
+    assert "  problem  split_ctx.onnx.data: missing" in proc.stdout.splitlines()
+
+
+def test_missing_file_without_manifest_fails_integrity(built: dict[str, Path], tmp_path: Path) -> None:
+    model = copy_output(built["split"], tmp_path)
+    (model.parent / "split_ctx_qnn.bin").unlink()
+    model.with_name("split_ctx.manifest.json").unlink()
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
+    assert proc.returncode == 5
+    report = json.loads(proc.stdout)
+    assert report["integrity"]["found"] is False and report["runs"] == []
+    [problem] = report["integrity"]["referenced_files_problems"]
+    assert problem.startswith("EP context file 'split_ctx_qnn.bin' (node ") and problem.endswith(") is missing")
+    assert error_line(proc) == f"ortcompile: error: integrity check failed: {problem}"
+
+
+def test_same_size_corruption_fails_on_sha256(built: dict[str, Path], tmp_path: Path) -> None:
+    model = copy_output(built["split"], tmp_path)
+    blob = model.parent / "split_ctx_qnn.bin"
+    raw = bytearray(blob.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    blob.write_bytes(bytes(raw))
+    proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
+    assert proc.returncode == 5
+    entry = next(f for f in json.loads(proc.stdout)["integrity"]["files"] if f["name"] == blob.name)
+    assert (entry["sha256_ok"], entry["status"]) == (False, "sha256 differs from the manifest")
+    assert error_line(proc) == "ortcompile: error: integrity check failed: split_ctx_qnn.bin: sha256 differs from the manifest"
+
+
+def test_missing_model_or_reference_is_invalid_input(built: dict[str, Path], tmp_path: Path) -> None:
+    absent = tmp_path / "absent_ctx.onnx"
+    proc = run("verify", absent, "--reference", FIXTURES / "split.onnx")
+    assert proc.returncode == 3 and error_line(proc) == f"ortcompile: error: {absent}: no such file"
+    proc = run("verify", built["split"], "--reference", tmp_path / "absent.onnx")
+    assert proc.returncode == 3 and error_line(proc) == f"ortcompile: error: {tmp_path / 'absent.onnx'}: no such file"
+
+
+# ---------------------------------------------------------------- --seed, --runs, --fix-dim, input dtypes
+
+
+def test_runs_use_consecutive_seeds_and_each_seed_is_reproducible(built: dict[str, Path]) -> None:
+    report = verify_json(built["split"], FIXTURES / "split.onnx", "--seed", "5", "--runs", "3")
+    assert [r["seed"] for r in report["runs"]] == [5, 6, 7]
+    by_seed = {r["seed"]: r["outputs"][0] for r in report["runs"]}
+    alone = verify_json(built["split"], FIXTURES / "split.onnx", "--seed", "6", "--no-time-source")["runs"]
+    assert [r["seed"] for r in alone] == [6]
+    assert alone[0]["outputs"][0] == by_seed[6]  # same seed, same inputs, same numbers
+    # Different seeds feed different inputs: the QNN-vs-CPU noise lands differently (measured 3.6e-7 vs 2.4e-7).
+    assert by_seed[5]["max_abs"] != by_seed[6]["max_abs"] or by_seed[5]["max_rel"] != by_seed[6]["max_rel"]
+    assert run("verify", built["split"], "--reference", FIXTURES / "split.onnx", "--runs", "0").returncode == 2
+
+
+def test_dynamic_compiled_with_fixed_batch_reports_the_dims_it_used(built: dict[str, Path]) -> None:
+    """Compiled with --fix-dim batch=1: verify pins batch=1 in every session (the source on QNN compiles too)
+    and reports it; a --fix-dim that contradicts the compiled shape is a usage error, not a 'mismatch'."""
+    assert verify_json(built["dynamic"], FIXTURES / "dynamic.onnx", "--fix-dim", "batch=1")["dims"] == {"batch": 1}
+    lines = run("verify", built["dynamic"], "--reference", FIXTURES / "dynamic.onnx").stdout.splitlines()
+    assert "dims       batch=1 (symbolic dims; --fix-dim to change)" in lines
+
+    proc = run("verify", built["dynamic"], "--reference", FIXTURES / "dynamic.onnx", "--fix-dim", "batch=3")
+    assert proc.returncode == 2
+    assert error_line(proc) == "ortcompile: error: --fix-dim batch=3 conflicts with the compiled model, which has batch=1 fixed"
+    proc = run("verify", built["dynamic"], "--reference", FIXTURES / "dynamic.onnx", "--fix-dim", "seq=3")
+    assert proc.returncode == 2 and "'seq'" in error_line(proc)
+
+
+def test_fix_dim_on_a_model_that_stayed_dynamic(built: dict[str, Path]) -> None:
+    default = verify_json(built["dynamic_cpu"], FIXTURES / "dynamic.onnx")
+    assert default["dims"] == {"batch": 1}
+    assert default["runs"][0]["outputs"][0]["shape"] == [1, 256]
+    three = verify_json(built["dynamic_cpu"], FIXTURES / "dynamic.onnx", "--fix-dim", "batch=3")
+    assert three["dims"] == {"batch": 3}
+    [out] = three["runs"][0]["outputs"]
+    assert (out["shape"], out["total"], out["ok"]) == ([3, 256], 768, True)
+
+
+def test_mixed_dtypes_verify_and_report_dims(built: dict[str, Path]) -> None:
+    report = verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx", "--fix-dim", "n=5", "--runs", "2")
+    assert report["ok"] is True and report["dims"] == {"n": 5}
+    for run_ in report["runs"]:
+        assert [(o["name"], o["dtype"], o["shape"]) for o in run_["outputs"]] == [
+            ("y", "float32", [1, 16]), ("y16", "float16", [1, 16]), ("top", "int64", [1]), ("pos", "bool", [1, 16])]
+    assert verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx")["dims"] == {"n": 1}
+
+
+def test_generated_inputs_cover_every_fixture_dtype() -> None:
+    session = ort.InferenceSession(str(FIXTURES / "mixed.onnx"), providers=["CPUExecutionProvider"])
+    feeds, used = make_inputs(session, 11, {})
+    assert used == {"n": 1}
+    assert {k: (v.dtype, v.shape) for k, v in feeds.items()} == {
+        "x": (np.dtype(np.float32), (1, 16)), "h": (np.dtype(np.float16), (1, 16)),
+        "idx": (np.dtype(np.int64), (1,)), "mask": (np.dtype(np.bool_), (1, 16))}
+    assert np.all(np.abs(feeds["x"]) <= 1) and np.all(np.abs(feeds["h"].astype(np.float32)) <= 1)
+
+    feeds5, used5 = make_inputs(session, 11, {"n": 64})
+    assert used5 == {"n": 64} and feeds5["idx"].shape == (64,)
+    assert set(np.unique(feeds5["idx"])) <= {0, 1, 2, 3}  # valid rows of the 8-row table
+    assert len(np.unique(feeds5["idx"])) > 1 and len(np.unique(feeds5["mask"])) == 2  # really random, not constant
+    session.run(None, feeds5)  # the generated feeds are accepted by ONNX Runtime as they are
+
+    again, _ = make_inputs(session, 11, {})
+    other, _ = make_inputs(session, 12, {})
+    assert all(np.array_equal(feeds[k], again[k]) for k in feeds)
+    assert not np.array_equal(feeds["x"], other["x"])
+
+
+# ---------------------------------------------------------------- compile --verify
+
+
+def test_compile_verify_failure_publishes_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    proc = run("compile", FIXTURES / "split.onnx", "-o", out, "--verify", "--rtol", "0", "--atol", "0")
+    assert proc.returncode == 5
+    line = error_line(proc)
+    assert line.startswith("ortcompile: error: not published: output 'y' differs from the source (seed 0): ")
+    assert "outside rtol=0.0 atol=0.0" in line
+    assert [p.name for p in out.iterdir() if "split_ctx" in p.name or p.name.startswith(".ortcompile-stage-")] == []
+
+
+def test_compile_verify_failure_keeps_the_previous_output(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    compile_to(FIXTURES / "split.onnx", out)  # blob embedded (--embed auto): no _qnn.bin
+    before = snapshot(out)
+    assert "split_ctx_qnn.bin" not in before
+    # A --force rebuild with --embed never would add split_ctx_qnn.bin and change the model and manifest.
+    proc = run("compile", FIXTURES / "split.onnx", "-o", out, "--force", "--embed", "never", "--verify", "--rtol", "0", "--atol", "0")
+    assert proc.returncode == 5
+    assert "not published" in error_line(proc)
+    assert snapshot(out) == before
+    assert verify_json(out / "split_ctx.onnx", FIXTURES / "split.onnx")["ok"] is True
+
+    # Control: the same rebuild with a passing verification does replace it.
+    proc = run("compile", FIXTURES / "split.onnx", "-o", out, "--force", "--embed", "never", "--verify", "-v")
+    assert proc.returncode == 0, proc.stderr
+    assert "split_ctx_qnn.bin" in snapshot(out) and snapshot(out) != before
+    verified = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: verified: ")]
+    assert len(verified) == 1 and "outputs match the source on the CPU EP (max abs diff " in verified[0]
+
+
+def test_compile_verify_dynamic_with_fix_dim_publishes_a_verifiable_output(tmp_path: Path) -> None:
+    proc = run("compile", FIXTURES / "dynamic.onnx", "-o", tmp_path, "--fix-dim", "batch=1", "--verify", "--json")
+    assert proc.returncode == 0, proc.stderr
+    [result] = json.loads(proc.stdout)["outputs"]
+    assert result["epcontext_nodes"] == 1
+    assert result["timings"]["verify"] > 0
+    report = verify_json(tmp_path / "dynamic_ctx.onnx", FIXTURES / "dynamic.onnx")
+    assert report["ok"] is True and report["dims"] == {"batch": 1}
