@@ -1,3 +1,4 @@
 from ortcompile.cli import run
 
-run()
+if __name__ == "__main__":  # guarded: batch children are spawned and import the main module
+    run()

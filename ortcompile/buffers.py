@@ -25,6 +25,7 @@ from ortcompile.datapass import DataPass, Target, WrittenFile
 from ortcompile.errors import CompilationFailed
 from ortcompile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
 from ortcompile.ortstep import compile_with_ort
+from ortcompile.native import session_log_level
 from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.publish import OutputNames
 from ortcompile.shapes import dimension_overrides
@@ -187,7 +188,7 @@ def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: 
 
     resolved = eps.resolve(ep or artifact.ep, ep_options or {})
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = session_log_level()
     resolved.configure(options)
     options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
     options.add_session_config_entry("session.disable_prepacking", "1")  # prepacking would copy every weight

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import gc
 import json
 import os
 import re
@@ -147,7 +146,7 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
                     require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
                     quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
-    from ortcompile.compiler import CompileOptions, compile_model
+    from ortcompile.options import CompileOptions
     from ortcompile.eps import parse_ep_options
     from ortcompile.native import set_ort_log_level
     from ortcompile.plan import LayoutPolicy
@@ -177,10 +176,11 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
         reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
         results = compile_shared([Path(m) for m in models], Path(output_dir), options, reporter)
-    for model in models if not share_weights else []:  # one at a time: each session is freed before the next
-        reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
-        results.append(compile_model(model, output_dir, options, reporter))
-        gc.collect()
+    else:
+        from ortcompile.batch import compile_batch
+
+        make_reporter = functools.partial(TerminalReporter, show_progress=not quiet and not as_json, verbose=verbose)
+        results = compile_batch(list(models), output_dir, options, make_reporter, verbose)
     if depfile:
         from ortcompile.incremental import depfile_rule, write_depfile
 

@@ -27,7 +27,7 @@ from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
 from ortcompile.incremental import why_not_up_to_date, write_stamp
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.ortstep import OrtOutput, compile_with_ort
+from ortcompile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
 from ortcompile.plan import DataLayout
 from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, remove_stale_stages
@@ -124,7 +124,8 @@ class _Job:
             _verify_staged(self, staging.path / self.names.model)
             clock = time.perf_counter()
         self.reporter.stage("publishing")
-        staging.publish(_publish_order(built.files, self.names), self.names, self.options.force)
+        staging.publish(_publish_order(built.files, self.names), self.names, self.options.force,
+                        [self.source.path, *self.source.external_files])
         self.timings["publish"] = time.perf_counter() - clock
         write_stamp(self.output_dir, self.names, self.source.path, input_digest.result())
         self.reporter.stage(f"wrote {self.output_dir / self.names.model}")
@@ -184,8 +185,20 @@ def compile_pass(job: _Job, staging_dir: Path, new_data_pass: Callable[[], DataP
                                 job.require_compiled, job.reporter.detail, session_config=session_config)
     except CompilationFailed as exc:
         if "compiled no nodes" in exc.message:
-            raise CompilationFailed(exc.message + dynamic_inputs_hint(source, overrides) + "; or pass --allow-partial", exc.detail) from exc
+            raise _nothing_compiled(job, exc.detail) from exc
         raise
+
+
+def _nothing_compiled(job: _Job, detail: str | None) -> CompilationFailed:
+    """Say why nothing compiled: dynamic shapes, an EP that cannot start, or ops the EP does not take."""
+    short = job.ep.info.short_name
+    hint = dynamic_inputs_hint(job.source, job.overrides)
+    if hint:
+        return CompilationFailed(f"{short}: the EP compiled no nodes{hint}; or pass --allow-partial", detail)
+    if not ep_compiles_anything(job.ep):
+        return CompilationFailed(f"{short}: the EP compiled nothing, not even a one-node test model: it failed to start "
+                                 "with these options (check --ep-option values; -v shows its log)", detail)
+    return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", detail)
 
 
 def graph_pass(job: _Job, staging_dir: Path, graph_proto: bytes, embed: EmbedPolicy, blobs_pending: bool = False) -> tuple[WrittenFile, GraphSummary]:
@@ -193,9 +206,9 @@ def graph_pass(job: _Job, staging_dir: Path, graph_proto: bytes, embed: EmbedPol
     job.reporter.stage("writing graph")
     with ThreadPoolExecutor(max_workers=1) as pool:
         model_file, graph = write_graph(graph_proto, staging_dir, job.names.model, embed, pool, blobs_pending)
-    if job.require_compiled and graph.epcontext_nodes == 0:
-        raise CompilationFailed(f"{job.ep.info.short_name}: the EP compiled no nodes{dynamic_inputs_hint(job.source, job.overrides)}")
-    if graph.epcontext_nodes == 0 and job.ep.info.compiles:
+    if job.ep.info.compiles and graph.epcontext_nodes == 0:
+        if job.require_compiled or not ep_compiles_anything(job.ep):
+            raise _nothing_compiled(job, None)
         job.reporter.detail(f"{job.ep.name} compiled no nodes; the output runs entirely on the CPU EP")
     return model_file, graph
 

@@ -13,6 +13,9 @@ class OrtCompileError(Exception):
         self.message = message
         self.detail = detail  # extra context shown with -v
 
+    def __reduce__(self) -> tuple[type, tuple[str, str | None]]:
+        return (type(self), (self.message, self.detail))  # keeps `detail` across a process boundary
+
 
 class CompilationFailed(OrtCompileError):
     """The EP failed, or compiled nothing when compilation was required."""

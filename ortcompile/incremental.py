@@ -169,8 +169,12 @@ def make_escape(path: str) -> str:
 
 
 def depfile_rule(target: Path, dependencies: list[Path]) -> str:
-    deps = " \\\n  ".join(make_escape(str(d)) for d in dependencies)
-    return f"{make_escape(str(target))}: \\\n  {deps}\n"
+    """The rule, then an empty rule per dependency (gcc -MP): a data file that a re-exported model no
+    longer references must not stop Make with 'No rule to make target'."""
+    escaped = [make_escape(str(d)) for d in dependencies]
+    deps = " \\\n  ".join(escaped)
+    phony = "".join(f"\n{d}:\n" for d in escaped)
+    return f"{make_escape(str(target))}: \\\n  {deps}\n{phony}"
 
 
 def write_depfile(path: Path, rules: list[str]) -> None:

@@ -119,7 +119,7 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
         inputs=[_value_info(v) for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}],
         outputs=[_value_info(v) for v in model.graph.output],
         epcontext=epcontext,
-        compiled_ops=manifest.manifest.get("nodes", {}).get("compiled_ops") if manifest.manifest else None,
+        compiled_ops=_compiled_ops(manifest, epcontext),
         epcontext_by_source=_epcontext_by_source(model),
         remaining_ops=dict(sorted(collections.Counter(n.op_type for n in model.graph.node if n.op_type != "EPContext").items())),
         inline_initializers=len(inline),
@@ -195,6 +195,13 @@ def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
         entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None,
                          "unsafe_path": not use.safe, "shared": False}
     return entry
+
+
+def _compiled_ops(manifest: ManifestStatus, epcontext: list[dict[str, Any]]) -> dict[str, int] | None:
+    """Op types the EPContext nodes replaced: none without such nodes; from the manifest, else unknown (None)."""
+    if not epcontext:
+        return {}
+    return manifest.manifest.get("nodes", {}).get("compiled_ops") if manifest.manifest else None
 
 
 def _epcontext_by_source(model: Any) -> dict[str, int]:

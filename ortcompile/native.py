@@ -44,3 +44,8 @@ def set_ort_log_level(verbose: bool) -> None:
     global _show_native_output
     _show_native_output = verbose
     ort.set_default_logger_severity(2 if verbose else 4)
+
+
+def session_log_level() -> int:
+    """Per-session ORT log severity: warnings with -v, otherwise only fatal (errors reach us as exceptions)."""
+    return 2 if _show_native_output else 4

@@ -6,17 +6,19 @@ goes (we write it there and then), and finally streams the now-small graph proto
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ortcompile.blobs import BlobSink, callback_unsupported
 from ortcompile.datapass import DataPass
 from ortcompile.eps import ResolvedEp
 from ortcompile.errors import CompilationFailed, OrtCompileError, first_line
-from ortcompile.native import native_stdout_to_stderr
+from ortcompile.native import native_stdout_to_stderr, session_log_level
 from ortcompile.publish import output_error
 from ortcompile.source import PROTOBUF_LIMIT
 
@@ -112,7 +114,7 @@ def _attempt(
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = session_log_level()
     ep.configure(options)
     # EPs name their blob files after this path, so they land in the staging directory.
     options.add_session_config_entry("ep.context_file_path", str(model_path))
@@ -122,23 +124,36 @@ def _attempt(
         options.add_session_config_entry(key, value)
     guard = _CallbackGuard()
     flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if require_compiled else ort.OrtCompileApiFlags.NONE
-    compiler = ort.ModelCompiler(
-        options,
-        str(source),
-        embed_compiled_data_into_model=False,  # we embed ourselves, after checking the size (graphpass)
-        flags=flags,
-        get_initializer_location_func=guard.wrap(data_pass.location_func),
-    )
     sink = BlobSink(None if blobs_in_memory else model_path.parent) if use_callback else None
-    if sink is not None:
-        compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
     graph = _GraphBuffer()
     try:
-        with native_stdout_to_stderr():
+        # ORT names compiled partitions (and QNN its graphs inside the blob) after a hash of the model path
+        # as given: opening it as a bare file name from its own directory keeps the output bytes the same
+        # wherever the model lives and however its path was spelled.
+        with _working_directory(source.parent), native_stdout_to_stderr():
+            compiler = ort.ModelCompiler(
+                options,
+                source.name,
+                embed_compiled_data_into_model=False,  # we embed ourselves, after checking the size (graphpass)
+                flags=flags,
+                get_initializer_location_func=guard.wrap(data_pass.location_func),
+            )
+            if sink is not None:
+                compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
             _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard)
     except Exception as exc:
         _raise_translated(exc, guard.error, ep)
     return OrtOutput(graph.buffer.getvalue(), sink)
+
+
+@contextlib.contextmanager
+def _working_directory(directory: Path) -> Iterator[None]:
+    previous = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(previous)
 
 
 def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
@@ -189,3 +204,33 @@ def _ort_message(text: str) -> str:
     """ORT errors read '[ONNXRuntimeError] : 1 : FAIL : file.cc:123 Func message'; keep the message."""
     line = first_line(Exception(text))
     return line.split(" : ")[-1] if " : " in line else line
+
+
+def ep_compiles_anything(ep: ResolvedEp) -> bool:
+    """Compile a one-node static model: False means the EP itself is broken (e.g. a bad provider option).
+
+    ORT only logs why an EP failed to start and then reports "Unable to compile any nodes", the same
+    words it uses for a model the EP does not support; this tells the two apart.
+    """
+    import tempfile
+
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch:
+        options = ort.SessionOptions()
+        options.log_severity_level = session_log_level()
+        ep.configure(options)
+        options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        try:
+            with native_stdout_to_stderr():
+                compiler = ort.ModelCompiler(options, model.SerializeToString(), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED)
+                compiler.compile_to_stream(io.BytesIO().write)
+        except Exception:
+            return False
+    return True

@@ -91,8 +91,12 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
     """Refuse to overwrite earlier outputs without --force, and the input model ever."""
     existing = previous_outputs(output_dir, names)
     targets = {(output_dir / n).resolve() for n in [*existing, names.model, names.manifest]}
+    out = output_dir.resolve()
     for path in inputs:
-        if path.resolve() in targets or (output_dir / names.model).resolve() == path.resolve():
+        resolved = path.resolve()
+        # Data files (<stem>_ctx.onnx.data[.N]) and EP blobs (<stem>_ctx_*) are named only once staged.
+        ours = resolved.parent == out and resolved.name.startswith(f"{names.stem}_ctx")
+        if resolved in targets or ours:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
     if existing and not force:
         raise OutputError(f"{output_dir / existing[0]} already exists; pass --force to replace it")
@@ -166,7 +170,8 @@ class Staging:
 
     def __init__(self, output_dir: Path) -> None:
         self.output_dir = output_dir
-        self.path = output_dir / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        # Absolute: ORT compiles with the source's directory as the working directory (see ortstep).
+        self.path = output_dir.absolute() / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
 
     def __enter__(self) -> Staging:
         try:
@@ -178,7 +183,7 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def publish(self, ordered_names: list[str], names: OutputNames | list[OutputNames], force: bool) -> None:
+    def publish(self, ordered_names: list[str], names: OutputNames | list[OutputNames], force: bool, inputs: list[Path] = ()) -> None:  # type: ignore[assignment]
         """Move staged files into place in order (data, model, manifest), then drop outputs no longer produced.
 
         Under the directory lock: recover killed publishes first, re-check --force (another process may
@@ -187,6 +192,7 @@ class Staging:
         try:
             with directory_lock(self.output_dir):
                 remove_stale_stages(self.output_dir)
+                _refuse_overwriting_inputs(self.output_dir, ordered_names, inputs)
                 existing = sorted({f for n in (names if isinstance(names, list) else [names]) for f in previous_outputs(self.output_dir, n)})
                 if existing and not force:
                     raise OutputError(f"{self.output_dir / existing[0]} already exists; pass --force to replace it")
@@ -195,6 +201,14 @@ class Staging:
                 _apply_journal(self.path, self.output_dir, journal)
         except OSError as exc:
             raise output_error(exc, f"outputs into {self.output_dir}") from exc
+
+
+def _refuse_overwriting_inputs(output_dir: Path, ordered_names: list[str], inputs: list[Path]) -> None:
+    """The definitive check, on the real staged names: never replace the model we compiled from or its data."""
+    protected = {p.resolve() for p in inputs}
+    for name in ordered_names:
+        if (output_dir / name).resolve() in protected:
+            raise OutputError(f"the output file {name} would overwrite an input file; choose another -o")
 
 
 def _write_journal(stage: Path, journal: dict[str, list[str]]) -> None:

@@ -79,7 +79,8 @@ def compile_shared(sources: list[Path], output_dir: Path, options: CompileOption
         data_files = {f.name: f for f in shared.close()}
         reporter.detail(f"shared weights: {shared.reused_bytes} bytes stored once instead of again")
         results, ordered = _write_manifests(jobs, graphs, data_files, staging.path, [d.result() for d in digests])
-        staging.publish(ordered, [job.names for job in jobs], options.force)
+        staging.publish(ordered, [job.names for job in jobs], options.force,
+                        [p for job in jobs for p in (job.source.path, *job.source.external_files)])
         for job, digest in zip(jobs, digests):
             write_stamp(output_dir, job.names, job.source.path, digest.result())
     return results
