@@ -31,10 +31,10 @@ TOP_KEYS = {"format", "model", "graph_bytes", "protobuf_headroom_bytes", "opsets
             "nodes", "initializers", "alignment", "manifest", "problems"}
 IO_KEYS = {"name", "dtype", "shape", "dynamic"}
 EPCONTEXT_KEYS = {"name", "source", "partition_name", "main_context", "embed_mode", "ep_sdk_version", "blob", "embedded_bytes"}
-BLOB_KEYS = {"location", "size", "missing", "unsafe_path"}
+BLOB_KEYS = {"location", "size", "missing", "unsafe_path", "shared"}
 NODES_KEYS = {"epcontext", "epcontext_by_source", "compiled_ops", "remaining_ops"}
 INITIALIZERS_KEYS = {"inline", "inline_bytes", "external", "files"}
-DATA_FILE_KEYS = {"name", "tensors", "referenced_bytes", "size", "missing", "unsafe_path", "short"}
+DATA_FILE_KEYS = {"name", "tensors", "referenced_bytes", "size", "missing", "unsafe_path", "short", "shared"}
 ALIGNMENT_KEYS = {"align", "threshold", "large_tensors", "aligned", "unaligned"}
 UNALIGNED_KEYS = {"name", "file", "offset", "length"}
 MANIFEST_KEYS = {"path", "found", "hashed", "ok", "problems", "files"}
@@ -183,7 +183,8 @@ def test_split_output_three_partitions_one_blob_file(built: dict[str, Path]) -> 
     main = [n for n in nodes if n["main_context"] == 1]
     assert len(main) == 1, "QNN writes one context binary for all partitions; the others point at it"
     blob_file = model.parent / "split_ctx_qnn.bin"
-    assert main[0]["blob"] == {"location": blob_file.name, "size": blob_file.stat().st_size, "missing": False, "unsafe_path": False}
+    assert main[0]["blob"] == {"location": blob_file.name, "size": blob_file.stat().st_size, "missing": False, "unsafe_path": False,
+                               "shared": False}
     assert all(n["blob"] is None for n in nodes if n["main_context"] == 0)
 
     assert report["nodes"] == {"epcontext": 3, "epcontext_by_source": {"QNNExecutionProvider": 3},
@@ -194,7 +195,7 @@ def test_split_output_three_partitions_one_blob_file(built: dict[str, Path]) -> 
         "inline_bytes": 0,
         "external": 1,  # W_mod, 256 floats: at the 1 KiB inline threshold, so external
         "files": [{"name": data.name, "tensors": 1, "referenced_bytes": 1024, "size": data.stat().st_size,
-                   "missing": False, "unsafe_path": False, "short": False}],
+                   "missing": False, "unsafe_path": False, "short": False, "shared": False}],
     }
     assert report["alignment"] == {"align": 4096, "threshold": 1 << 20, "large_tensors": 0, "aligned": 0, "unaligned": []}
     manifest = report["manifest"]
@@ -257,6 +258,34 @@ def test_sharded_output_lists_every_data_file(tmp_path: Path) -> None:
     assert sum(f["tensors"] for f in files) == 3
     assert sum(f["referenced_bytes"] for f in files) == 2 * 256 * 256 * 4 + 256 * 4
     assert all(f["size"] == (tmp_path / f["name"]).stat().st_size <= 300 * 1024 for f in files)
+
+
+def test_share_weights_batch_marks_shared_files(tmp_path: Path) -> None:
+    """mlp.onnx and dynamic.onnx have the same weights: --share-weights stores them once, and each model's
+    report says the data file is shared (deleting it for one model breaks the other)."""
+    proc = run("compile", FIXTURES / "mlp.onnx", FIXTURES / "dynamic.onnx", "-o", tmp_path, "-q", "--share-weights", "--ep", "cpu")
+    assert proc.returncode == 0, proc.stderr
+    names = set()
+    for model in ("mlp_ctx.onnx", "dynamic_ctx.onnx"):
+        report = inspect_json(tmp_path / model)
+        [use] = report["initializers"]["files"]
+        assert (use["shared"], use["tensors"], use["referenced_bytes"], use["missing"]) == (True, 3, 2 * 256 * 256 * 4 + 256 * 4, False)
+        assert report["problems"] == []
+        names.add(use["name"])
+        assert any(line.endswith(" (shared with other models)") for line in run("inspect", tmp_path / model).stdout.splitlines())
+    assert len(names) == 1, "both models reference one data file"
+
+
+def test_share_weights_batch_marks_the_shared_ep_context(tmp_path: Path) -> None:
+    proc = run("compile", FIXTURES / "mlp.onnx", FIXTURES / "split.onnx", "-o", tmp_path, "-q", "--share-weights", "--embed", "never")
+    assert proc.returncode == 0, proc.stderr
+    blobs = set()
+    for model in ("mlp_ctx.onnx", "split_ctx.onnx"):
+        report = inspect_json(tmp_path / model)
+        [main] = [n for n in report["epcontext_nodes"] if n["main_context"] == 1]
+        assert main["blob"]["shared"] is True and main["blob"]["missing"] is False
+        blobs.add(main["blob"]["location"])
+    assert len(blobs) == 1, "one EP context for the batch"
 
 
 def test_unaligned_large_tensor_is_named(built: dict[str, Path], tmp_path: Path) -> None:
@@ -346,7 +375,8 @@ def test_plain_model_with_external_data(tmp_path: Path) -> None:
     assert report["initializers"]["external"] == 3 and report["initializers"]["inline"] == 0
     [data] = report["initializers"]["files"]
     assert data == {"name": "ext.onnx.data", "tensors": 3, "referenced_bytes": 2 * 256 * 256 * 4 + 256 * 4,
-                    "size": (tmp_path / "ext.onnx.data").stat().st_size, "missing": False, "unsafe_path": False, "short": False}
+                    "size": (tmp_path / "ext.onnx.data").stat().st_size, "missing": False, "unsafe_path": False, "short": False,
+                    "shared": False}
     assert report["problems"] == [] and report["manifest"] is None
 
 
@@ -376,11 +406,10 @@ def test_check_fails_on_missing_external_data_without_manifest(tmp_path: Path) -
     assert one_line_error(proc) == "ortcompile: error: check failed: external data file 'ext.onnx.data' is missing"
 
 
-@pytest.mark.xfail(strict=True, reason="bug: /tmp/ortcompile-bugs/inspect-verify-5.md")
 def test_plain_model_compiled_ops_is_empty_not_unknown() -> None:
-    """No EPContext node: nothing was compiled, and the graph alone says so."""
+    """No EPContext node: nothing was compiled, and the graph alone says so (null is only for 'unknown')."""
     assert inspect_json(FIXTURES / "mlp.onnx")["nodes"]["compiled_ops"] == {}
-    assert "compiled: none;" in run("inspect", FIXTURES / "mlp.onnx").stdout
+    assert "nodes      0 EPContext; compiled: none; remaining: Add 1, MatMul 2, Relu 1" in run("inspect", FIXTURES / "mlp.onnx").stdout.splitlines()
 
 
 # ---------------------------------------------------------------- damaged compiled outputs
@@ -409,7 +438,7 @@ def test_missing_blob_file_reported(built: dict[str, Path], tmp_path: Path) -> N
     (model.parent / "split_ctx_qnn.bin").unlink()
     report = inspect_json(model)
     [main] = [n for n in report["epcontext_nodes"] if n["main_context"] == 1]
-    assert main["blob"] == {"location": "split_ctx_qnn.bin", "size": None, "missing": True, "unsafe_path": False}
+    assert main["blob"] == {"location": "split_ctx_qnn.bin", "size": None, "missing": True, "unsafe_path": False, "shared": False}
     assert f"EP context file 'split_ctx_qnn.bin' (node {main['name']!r}) is missing" in report["problems"]
     assert "split_ctx_qnn.bin: missing" in report["problems"]
     proc = run("inspect", model, "--check", "-q")
