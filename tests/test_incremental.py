@@ -1,0 +1,389 @@
+"""`--if-changed` (incremental builds) and batches (`ortcompile compile A B C -o out/`).
+
+Real CLI in subprocesses, real onnxruntime (QNN's HTP simulator for the fixtures, the CPU EP for the generated
+hundreds-of-MB models). "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output) and
+"did not read the input" by the process's own read counter (/proc/self/io rchar), not by timing.
+
+The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
+A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
+ortcompile/incremental.py), so tests that need a trusted stamp wait that window out first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from helpers import FIXTURES
+
+from ortcompile.incremental import RACY_WINDOW_NS
+
+# Runs the CLI in-process and reports, at exit, how many bytes the process read through read(2) (page cache
+# included): a check that re-hashed a 64 MiB input cannot stay under that number.
+_COUNTING_CLI = textwrap.dedent("""
+    import atexit, sys
+    def _report():
+        io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+        sys.stderr.write(f"RCHAR {io['rchar']}\\n")
+    atexit.register(_report)
+    sys.argv[0] = "ortcompile"
+    from ortcompile.cli import main
+    main()
+""")
+
+
+class Run:
+    def __init__(self, proc: subprocess.CompletedProcess[str], seconds: float) -> None:
+        self.proc, self.seconds = proc, seconds
+        self.returncode, self.stdout = proc.returncode, proc.stdout
+        lines = proc.stderr.splitlines()
+        self.rchar = next((int(line.split()[1]) for line in lines if line.startswith("RCHAR ")), -1)
+        self.stderr = "\n".join(line for line in lines if not line.startswith("RCHAR "))
+
+    def json(self) -> dict[str, Any]:
+        assert self.returncode == 0, self.stderr
+        return json.loads(self.stdout)
+
+    def only(self) -> dict[str, Any]:
+        outputs = self.json()["outputs"]
+        assert len(outputs) == 1
+        return outputs[0]
+
+
+# Linux folds the pre-exec address space's high-water RSS into ru_maxrss, and right after fork that address
+# space is the parent's (pytest, with numpy and onnxruntime loaded): see /tmp/ortcompile-bugs/pipeline-4.md.
+# A shell that forks ortcompile (the `; exit` keeps it from exec'ing directly) makes the parent small, as make is.
+SMALL_PARENT = ["sh", "-c", '"$@"; exit $?', "sh"]
+
+
+def cli(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool = False) -> Run:
+    clock = time.perf_counter()
+    command = [*(SMALL_PARENT if small_parent else []), sys.executable, "-c", _COUNTING_CLI, *map(str, args)]
+    proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    return Run(proc, time.perf_counter() - clock)
+
+
+@pytest.fixture
+def cache(tmp_path: Path) -> Path:
+    return tmp_path / "xdg-cache"
+
+
+def disk_state(directory: Path, with_bytes: bool = True) -> dict[str, tuple]:
+    """Every entry: inode, size, mtime, ctime (any write, rename or chmod moves ctime), and bytes if asked."""
+    found = {}
+    for p in sorted(directory.iterdir()):
+        st = p.stat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if with_bytes and p.is_file() else ""
+        found[p.name] = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, digest)
+    return found
+
+
+def stamp_files(cache: Path) -> list[Path]:
+    return sorted((cache / "ortcompile" / "stamps").glob("*.json"))
+
+
+def wait_out_racy_window(*paths: Path) -> None:
+    """Until every path's last change is older than the racy window, so a hash taken now is trusted."""
+    newest = max(p.stat().st_ctime_ns for p in paths)
+    delay = (newest + RACY_WINDOW_NS) / 1e9 - time.time() + 0.2
+    if delay > 0:
+        time.sleep(delay)
+
+
+def random_weights_model(path: Path, total_mib: int, tensor_mib: int = 64, seed: int = 0) -> int:
+    """A model whose external data file (`<name>.data`) holds `total_mib` of random float32 weights, written in
+    `tensor_mib` chunks (never more in memory); one ReduceMax per tensor. Returns the data size."""
+    rng = np.random.default_rng(seed)
+    nbytes, count = tensor_mib << 20, total_mib // tensor_mib
+    data = path.name + ".data"
+    inits, nodes, outputs = [], [], []
+    with open(path.parent / data, "wb") as stream:
+        for i in range(count):
+            stream.write(rng.bytes(nbytes))
+            tensor = TensorProto(name=f"W{i}", data_type=TensorProto.FLOAT, dims=[nbytes // 4096, 1024], data_location=TensorProto.EXTERNAL)
+            for key, value in (("location", data), ("offset", str(i * nbytes)), ("length", str(nbytes))):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+            inits.append(tensor)
+            nodes.append(helper.make_node("ReduceMax", [f"W{i}"], [f"y{i}"], keepdims=0))
+            outputs.append(helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, []))
+    graph = helper.make_graph(nodes, path.stem, [], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ortcompile-tests")
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return count * nbytes
+
+
+def remove_model(path: Path) -> None:
+    for p in (path, path.parent / (path.name + ".data")):
+        p.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- up to date
+
+
+def test_up_to_date_says_so_exits_0_and_touches_nothing(tmp_path: Path, cache: Path, fixture_copy) -> None:
+    source, out = fixture_copy("split.onnx"), tmp_path / "out"
+    first = cli(cache, "compile", source, "-o", out, "--if-changed", "--json").only()
+    assert first["up_to_date"] is False and first["epcontext_nodes"] == 3
+    before = disk_state(out)
+
+    again = cli(cache, "compile", source, "-o", out, "--if-changed")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == f"{out}/split_ctx.onnx: up to date\n" and again.stderr == ""
+    assert disk_state(out) == before
+
+    report = cli(cache, "compile", source, "-o", out, "--if-changed", "--json").only()
+    assert report["up_to_date"] is True
+    manifest = json.loads((out / "split_ctx.manifest.json").read_text())
+    assert report["files"] == manifest["files"] and report["model"] == str(out / "split_ctx.onnx")
+    assert report["epcontext_nodes"] == 3 and set(report["timings"]) == {"check"}
+    assert disk_state(out) == before
+
+    quiet = cli(cache, "compile", source, "-o", out, "--if-changed", "-q")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    # without --if-changed the same command refuses to replace the output (it is --if-changed that allows it)
+    refused = cli(cache, "compile", source, "-o", out)
+    assert refused.returncode == 4 and "--force" in refused.stderr
+    assert disk_state(out) == before
+
+
+def _rewrite(source: Path) -> None:
+    model = onnx.load(str(source))
+    model.doc_string = "new bytes"
+    onnx.save(model, str(source))
+
+
+@pytest.mark.parametrize(
+    ("change", "extra", "reason"),
+    [
+        ("input bytes", (), "input split.onnx changed"),
+        ("--align", ("--align", "64"), "options differ"),
+        ("--ep", ("--ep", "cpu"), "the execution provider differs"),
+        ("--embed", ("--embed", "never"), "options differ"),
+        ("output deleted", (), "output split_ctx.onnx.data is missing or changed size"),
+        ("output truncated", (), "output split_ctx.onnx is missing or changed size"),
+        ("manifest deleted", (), "no readable manifest"),
+    ],
+)
+def test_rebuilds_without_force_when(change: str, extra: tuple[str, ...], reason: str, tmp_path: Path, cache: Path, fixture_copy) -> None:
+    source, out = fixture_copy("split.onnx"), tmp_path / "out"
+    assert cli(cache, "compile", source, "-o", out, "--if-changed", "-q").returncode == 0
+    model_inode = (out / "split_ctx.onnx").stat().st_ino
+    if change == "input bytes":
+        _rewrite(source)
+    elif change == "output deleted":
+        (out / "split_ctx.onnx.data").unlink()
+    elif change == "output truncated":
+        with open(out / "split_ctx.onnx", "r+b") as stream:
+            stream.truncate(100)
+    elif change == "manifest deleted":
+        (out / "split_ctx.manifest.json").unlink()
+
+    run = cli(cache, "compile", source, "-o", out, "--if-changed", "--json", "-v", *extra)
+    report = run.only()
+    assert report["up_to_date"] is False
+    assert f"ortcompile: split.onnx: rebuilding: {reason}" in run.stderr.splitlines()
+    assert (out / "split_ctx.onnx").stat().st_ino != model_inode  # republished
+    manifest = json.loads((out / "split_ctx.manifest.json").read_text())
+    assert manifest["input"]["files"][0]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    for entry in manifest["files"]:  # the rebuilt output is complete and matches its manifest
+        assert hashlib.sha256((out / entry["name"]).read_bytes()).hexdigest() == entry["sha256"]
+    if change == "--align":
+        assert manifest["options"]["layout"]["align"] == 64
+    if change == "--ep":
+        assert manifest["options"]["ep"] == "cpu" and manifest["nodes"]["epcontext"] == 0
+    if change == "--embed":
+        assert "split_ctx_qnn.bin" in {f["name"] for f in manifest["files"]}
+    # and with the same arguments it is current again
+    assert cli(cache, "compile", source, "-o", out, "--if-changed", "--json", *extra).only()["up_to_date"] is True
+
+
+def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path: Path, cache: Path) -> None:
+    """`touch` changes the fingerprint, not the bytes: the check hashes again (reading the whole input), finds
+    the same sha256, stays up to date and caches the new fingerprint, so the check after it reads nothing."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    model = src / "w.onnx"
+    size = random_weights_model(model, 64)
+    data = src / "w.onnx.data"
+    wait_out_racy_window(model, data)
+    assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
+    outputs = disk_state(out, with_bytes=False)
+
+    cached = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    assert cached.only()["up_to_date"] is True
+    assert cached.rchar < size // 4, cached.rchar  # the stamp was trusted: no byte of the weights was read
+    [stamp] = stamp_files(cache)
+    stamp_before = stamp.read_text()
+
+    os.utime(data)  # touch: new mtime and ctime, same bytes
+    wait_out_racy_window(data)
+    rehashed = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    assert rehashed.only()["up_to_date"] is True
+    assert rehashed.rchar >= size, rehashed.rchar  # the fingerprint changed: it hashed the data again
+    entries = {e["name"]: e for e in json.loads(stamp.read_text())["files"]}
+    assert stamp.read_text() != stamp_before and entries["w.onnx.data"]["mtime_ns"] == data.stat().st_mtime_ns
+
+    fast_again = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    assert fast_again.only()["up_to_date"] is True
+    assert fast_again.rchar < size // 4, fast_again.rchar
+    assert disk_state(out, with_bytes=False) == outputs
+    print(f"\n[incremental] 64 MiB input: cached check {cached.seconds:.3f}s wall (read {cached.rchar >> 20} MiB), "
+          f"after touch {rehashed.seconds:.3f}s (read {rehashed.rchar >> 20} MiB), then {fast_again.seconds:.3f}s")
+
+
+def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache: Path) -> None:
+    """The nastiest edit: same size, in place (same inode), mtime put back (as `cp -p`/tar/rsync do).
+    ctime cannot be put back, so the trusted stamp no longer matches and the bytes are hashed."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    model = src / "w.onnx"
+    size = random_weights_model(model, 64)
+    data = src / "w.onnx.data"
+    wait_out_racy_window(model, data)
+    assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
+    trusted = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    assert trusted.only()["up_to_date"] is True and trusted.rchar < size // 4  # the stamp is trusted
+
+    st = data.stat()
+    with open(data, "r+b") as stream:
+        stream.seek(size // 2)
+        byte = stream.read(1)
+        stream.seek(size // 2)
+        stream.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns))
+    after = data.stat()
+    assert (after.st_size, after.st_mtime_ns, after.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+
+    run = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", "-v")
+    assert run.only()["up_to_date"] is False
+    assert "ortcompile: w.onnx: rebuilding: input w.onnx.data changed" in run.stderr.splitlines()
+    recorded = {f["name"]: f["sha256"] for f in json.loads((out / "w_ctx.manifest.json").read_text())["input"]["files"]}
+    assert recorded["w.onnx.data"] == hashlib.sha256(data.read_bytes()).hexdigest()
+
+
+def test_without_a_stamp_the_inputs_are_hashed(tmp_path: Path, cache: Path) -> None:
+    """A fresh CI machine (no cache): still correct, it just hashes the inputs; and an edit is still seen."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    model = src / "w.onnx"
+    size = random_weights_model(model, 64)
+    assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
+    for stamp in stamp_files(cache):
+        stamp.unlink()
+    fresh = cli(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    assert fresh.only()["up_to_date"] is True and fresh.rchar >= size
+
+
+def test_up_to_date_check_of_a_500mb_model_is_fast(tmp_path: Path, cache: Path) -> None:
+    """The check on a 512 MiB input never reads the weights. Speed targets belong to benchmarks, so only a
+    generous wall bound is asserted (it includes starting Python); the numbers are printed for the log."""
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    model = src / "big.onnx"
+    try:
+        size = random_weights_model(model, 512)
+        wait_out_racy_window(model, src / "big.onnx.data")
+        built = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+        assert built.only()["up_to_date"] is False
+        checks = [cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json") for _ in range(3)]
+        reference = [cli(cache, "--version") for _ in range(3)]  # Python + click startup alone, same moment
+        for check in checks:
+            assert check.only()["up_to_date"] is True
+            assert check.rchar < 64 << 20, check.rchar
+        walls = sorted(c.seconds for c in checks)
+        inner = sorted(c.only()["timings"]["check"] for c in checks)
+        print(f"\n[bench] up-to-date check, {size >> 20} MiB input: median {walls[1]:.3f}s wall per process "
+              f"(check itself {inner[1] * 1000:.0f} ms; `ortcompile --version` {sorted(r.seconds for r in reference)[1]:.3f}s; "
+              f"the compile took {built.seconds:.1f}s)")
+        assert walls[1] < 2.0
+    finally:
+        remove_model(model)
+        for p in out.glob("*") if out.exists() else []:
+            p.unlink()
+
+
+# ---------------------------------------------------------------- batches
+
+
+def test_batch_compiles_every_model_in_one_process_with_one_summary(tmp_path: Path, cache: Path, fixture_copy) -> None:
+    mlp, split = fixture_copy("mlp.onnx"), fixture_copy("split.onnx")
+    ext = tmp_path / "src" / "ext.onnx"
+    onnx.save(onnx.load(str(FIXTURES / "mlp.onnx")), str(ext), save_as_external_data=True, location="ext.weights", size_threshold=1024)
+    out = tmp_path / "out"
+    run = cli(cache, "compile", mlp, split, ext, "-o", out, "--json")
+    document = run.json()  # stdout is ONE JSON document
+    assert [o["model"] for o in document["outputs"]] == [str(out / f"{s}_ctx.onnx") for s in ("mlp", "split", "ext")]
+    assert [o["epcontext_nodes"] for o in document["outputs"]] == [1, 3, 1]
+    assert all(o["up_to_date"] is False for o in document["outputs"])
+    listed = set()
+    for entry in document["outputs"]:
+        manifest = json.loads((out / Path(entry["model"]).name.replace(".onnx", ".manifest.json")).read_text())
+        assert entry["files"] == manifest["files"]
+        listed |= {f["name"] for f in manifest["files"]} | {Path(entry["model"]).name.replace(".onnx", ".manifest.json")}
+    assert set(os.listdir(out)) == listed  # exactly the three outputs, no staging leftovers
+
+    text = cli(cache, "compile", mlp, split, ext, "-o", out, "--if-changed")
+    assert text.returncode == 0
+    assert text.stdout.splitlines() == [f"{out}/{s}_ctx.onnx: up to date" for s in ("mlp", "split", "ext")]
+
+
+def test_batch_peak_memory_is_the_largest_models_not_the_sum(tmp_path: Path, cache: Path) -> None:
+    """Three 320 MiB models in one batch: the batch's peak RSS must be about one model's, not three.
+
+    Bound: let base = peak RSS compiling a tiny model and single = peak RSS compiling one 320 MiB model
+    (both measured here, now). What one model adds is single - base. If the batch kept any earlier model's
+    session or buffers alive, its peak would grow by about that much per model kept; allowing half of it
+    as slack catches even one leaked model while tolerating allocator noise. The sum of the three models'
+    sizes (what holding them all would cost) is asserted as the outer bound the issue states.
+    """
+    src, out = tmp_path / "src", tmp_path / "out"
+    src.mkdir()
+    models = [src / f"m{i}.onnx" for i in range(3)]
+    try:
+        sizes = [random_weights_model(m, 320, seed=i) for i, m in enumerate(models)]
+        small = {"small_parent": True}
+        base = cli(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "tiny", "--ep", "cpu", "--json", **small).only()["peak_rss_bytes"]
+        single = cli(cache, "compile", models[0], "-o", tmp_path / "single", "--ep", "cpu", "--json", **small).only()["peak_rss_bytes"]
+        for p in (tmp_path / "single").iterdir():
+            p.unlink()
+        batch_run = cli(cache, "compile", *models, "-o", out, "--ep", "cpu", "--json", **small)
+        outputs = batch_run.json()["outputs"]
+        assert len(outputs) == 3 and all(o["total_bytes"] > size for o, size in zip(outputs, sizes))
+        batch = max(o["peak_rss_bytes"] for o in outputs)  # each entry is the process peak so far: the last is the batch's
+        per_model = single - base
+        print(f"\n[bench] peak RSS: tiny model {base >> 20} MiB, one 320 MiB model {single >> 20} MiB, "
+              f"batch of three {batch >> 20} MiB (sum of sizes {sum(sizes) >> 20} MiB)")
+        assert batch < sum(sizes)
+        assert batch <= single + per_model // 2, (base, single, batch)
+    finally:
+        for m in models:
+            remove_model(m)
+        for p in out.glob("*") if out.exists() else []:
+            p.unlink()
+
+
+@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/pipeline-4.md: ru_maxrss includes the parent's RSS after exec")
+def test_peak_rss_is_not_the_parents(tmp_path: Path, cache: Path) -> None:
+    """Started by a process holding 512 MiB, ortcompile must still report its own peak (~80 MiB here)."""
+    own = cli(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "a", "--ep", "cpu", "--json", small_parent=True).only()["peak_rss_bytes"]
+    ballast = np.ones(512 << 17)  # 512 MiB, touched, in this (the parent) process
+    try:
+        reported = cli(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "b", "--ep", "cpu", "--json").only()["peak_rss_bytes"]
+    finally:
+        del ballast
+    assert reported < own + (128 << 20), (own >> 20, reported >> 20)
