@@ -277,3 +277,48 @@ def eps_command(quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
         devices = ", ".join(f"{d['type']} ({d['vendor']})" for d in entry.devices)
         click.echo(f"{entry.short_name:<10} {entry.ep_name:<28} {'yes' if info['available'] else 'no':<10} "
                    f"{'yes' if entry.compiles else 'no':<10} {devices or entry.note}")
+
+
+@main.command("bench")
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--memory-budget", type=ByteSize(), default=None, help="Keep models resident while they fit this much RSS [default: no limit].")
+@click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True, help="Times the whole pipeline runs.")
+@click.option("--ep", default="auto", show_default=True, help="Execution provider to run on.")
+@click.option("--ep-option", "ep_options", multiple=True, metavar="KEY=VALUE", help="Provider option (repeatable).")
+@click.option("--graph-capture", is_flag=True, help="Capture and replay each session's graph (webgpu); evictions release it.")
+@click.option("--reference", "references", multiple=True, type=click.Path(path_type=str),
+              help="Source model for each MODEL, in order: outputs must match it on the CPU EP (repeatable).")
+@click.option("--fix-dim", "fix_dims", multiple=True, metavar="NAME=VALUE", help="Value of a symbolic dimension [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option("--ort-log-level", type=click.IntRange(0, 4), default=None, help="ONNX Runtime log severity (0 verbose ... 4 fatal).")
+@tolerance_options
+@output_options
+@reports_errors
+def bench_command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep: str, ep_options: tuple[str, ...], graph_capture: bool,
+                  references: tuple[str, ...], fix_dims: tuple[str, ...], seed: int, ort_log_level: int | None, rtol: float, atol: float,
+                  quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
+    """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
+    from ortcompile.eps import parse_ep_options
+    from ortcompile.errors import VerificationFailed
+    from ortcompile.native import set_ort_log_level
+    from ortcompile.options import Tolerance
+    from ortcompile.pipeline import run_pipeline
+    from ortcompile.render import bench_text
+    from ortcompile.shapes import parse_fix_dims
+
+    set_ort_log_level(verbose)
+    if ort_log_level is not None:
+        import onnxruntime as ort
+
+        ort.set_default_logger_severity(ort_log_level)
+    if references and len(references) != len(models):
+        raise UsageError(f"--reference given {len(references)} times for {len(models)} models: give one per model, in order")
+    report = run_pipeline([Path(m) for m in models], memory_budget or 2**62, cycles, ep, parse_ep_options(ep_options), graph_capture,
+                          [Path(r) for r in references] or None, parse_fix_dims(fix_dims), seed, Tolerance(rtol, atol))
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    elif not quiet:
+        click.echo("\n".join(bench_text(report.to_json())))
+    if not report.ok:
+        bad = next(m for m in report.models if m.mismatches)
+        raise VerificationFailed(f"{bad.name}: output differs from its reference on {len(bad.mismatches)} run(s)")

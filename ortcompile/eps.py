@@ -7,6 +7,7 @@ Runtime; ONNX Runtime then lists the devices the EP claims on this machine (``ge
 from __future__ import annotations
 
 import importlib
+import os
 import importlib.metadata
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -147,10 +148,10 @@ def _resolve_one(info: EpInfo, options: dict[str, str]) -> ResolvedEp:
     module = _register_plugin(info) if info.module else None
     devices = [d for d in ort.get_ep_devices() if d.ep_name == info.ep_name]
     if not devices:
-        raise EpUnavailable(
-            f"{info.short_name}: {info.ep_name} is installed but claims no device on this machine; "
-            "run 'ortcompile eps' to see what is available"
-        )
+        hint = "run 'ortcompile eps' to see what is available"
+        if info.short_name == "webgpu" and not os.environ.get("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"):
+            hint = "without a GPU, set ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to use a software (Vulkan) adapter"
+        raise EpUnavailable(f"{info.short_name}: {info.ep_name} is installed but claims no device on this machine; {hint}")
     merged = {**(info.required_options(module) if module else {}), **options}
     version = ort.__version__ if info.module is None else _version_of(info)
     return ResolvedEp(info=info, devices=devices[:1], options=merged, version=version)

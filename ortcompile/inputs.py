@@ -9,7 +9,7 @@ import numpy as np
 from ortcompile.errors import UsageError
 
 # ORT's type strings -> numpy dtypes we can feed from Python.
-_NUMPY_TYPES = {
+NUMPY_TYPES = {
     "tensor(float)": np.float32,
     "tensor(double)": np.float64,
     "tensor(float16)": np.float16,
@@ -46,7 +46,7 @@ def make_inputs(session: Any, seed: int, dims: dict[str, int]) -> tuple[dict[str
     used: dict[str, int] = {}
     feeds = {}
     for arg in session.get_inputs():
-        dtype = _NUMPY_TYPES.get(arg.type)
+        dtype = NUMPY_TYPES.get(arg.type)
         if dtype is None:
             raise UsageError(f"input {arg.name!r} has type {arg.type}, which verify cannot generate from Python")
         shape = resolve_shape(list(arg.shape), dims, used)

@@ -202,7 +202,7 @@ def _compare_sessions(report: VerifyReport, ep: eps.ResolvedEp, seeds: list[int]
     gc.collect()
 
     for seed_value, got, want in zip(seeds, compiled_outputs, expected_outputs):
-        report.runs.append({"seed": seed_value, "outputs": [_compare(n, got[n], want.get(n), report.tolerance) for n in got]})
+        report.runs.append({"seed": seed_value, "outputs": [compare_outputs(n, got[n], want.get(n), report.tolerance) for n in got]})
 
 
 def _run_all(session: Any, seeds: list[int], dims: dict[str, int]) -> list[dict[str, np.ndarray]]:
@@ -214,7 +214,7 @@ def _run_all(session: Any, seeds: list[int], dims: dict[str, int]) -> list[dict[
     return results
 
 
-def _compare(name: str, got: np.ndarray, want: np.ndarray | None, tolerance: Tolerance) -> OutputComparison:
+def compare_outputs(name: str, got: np.ndarray, want: np.ndarray | None, tolerance: Tolerance) -> OutputComparison:
     got = np.asarray(got)
     if want is None or np.asarray(want).shape != got.shape:
         return OutputComparison(name, list(got.shape), str(got.dtype), float("inf"), float("inf"), int(got.size) or 1, int(got.size))

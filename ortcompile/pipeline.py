@@ -1,0 +1,183 @@
+"""`ortcompile bench`: run models as a pipeline through a SessionPool and check every output every cycle.
+
+Each model gets one seeded input (seed + its position), so every cycle must reproduce the same outputs:
+a later session replaying an earlier one's captured commands, or a reload that comes back wrong, shows up
+as a mismatch. References are the model's own first run, or, with sources given, the source model on the
+CPU EP (computed before the pool starts, one session at a time, then freed).
+"""
+
+from __future__ import annotations
+
+import gc
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ortcompile.inputs import make_inputs
+from ortcompile.options import Tolerance
+from ortcompile.residency import SessionPool, rss_bytes
+from ortcompile.sessions import open_timed_session
+from ortcompile.verify import OutputComparison, compare_outputs
+
+BENCH_FORMAT = "ortcompile-bench/1"
+
+
+@dataclass
+class ModelStats:
+    name: str
+    path: str
+    reference: str
+    load_seconds: list[float] = field(default_factory=list)
+    run_seconds: list[float] = field(default_factory=list)
+    hits: int = 0
+    evictions: int = 0
+    captures: int = 0
+    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    source_load_seconds: float | None = None
+    footprint_bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        reloads = self.load_seconds[1:]
+        saved = None
+        if self.source_load_seconds is not None and reloads:
+            saved = round(sum(self.source_load_seconds - s for s in reloads), 3)
+        return {
+            "name": self.name,
+            "model": self.path,
+            "reference": self.reference,
+            "loads": len(self.load_seconds),
+            "reloads": len(reloads),
+            "hits": self.hits,
+            "evictions": self.evictions,
+            "captures": self.captures,
+            "load_seconds": [round(s, 4) for s in self.load_seconds],
+            "mean_run_seconds": round(float(np.mean(self.run_seconds)), 5) if self.run_seconds else None,
+            "footprint_bytes": self.footprint_bytes,
+            "source_load_seconds": None if self.source_load_seconds is None else round(self.source_load_seconds, 4),
+            "reload_seconds_saved_vs_source": saved,
+            "mismatches": self.mismatches,
+        }
+
+
+@dataclass
+class BenchReport:
+    ep: str
+    budget: int
+    cycles: int
+    graph_capture: bool
+    models: list[ModelStats]
+    baseline_rss: int = 0
+    pool_peak_rss: int = 0
+    process_peak_rss: int = 0
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(not m.mismatches for m in self.models)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": BENCH_FORMAT,
+            "ok": self.ok,
+            "ep": self.ep,
+            "memory_budget_bytes": self.budget,
+            "cycles": self.cycles,
+            "graph_capture": self.graph_capture,
+            "baseline_rss_bytes": self.baseline_rss,
+            "pool_peak_rss_bytes": self.pool_peak_rss,
+            "process_peak_rss_bytes": self.process_peak_rss,
+            "models": [m.to_json() for m in self.models],
+            "events": self.events,
+        }
+
+
+def run_pipeline(models: list[Path], memory_budget: int, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
+                 graph_capture: bool = False, references: list[Path] | None = None, dims: dict[str, int] | None = None,
+                 seed: int = 0, tolerance: Tolerance | None = None) -> BenchReport:
+    tolerance = tolerance or Tolerance()
+    dims = dict(dims or {})
+    names = _unique_names(models)
+    stats = [ModelStats(n, str(m), str(r) if references else "first run") for n, m, r in zip(names, models, references or models)]
+    expected: dict[str, dict[str, np.ndarray]] = {}
+    feeds: dict[str, dict[str, np.ndarray]] = {}
+    pool = SessionPool(memory_budget, ep, ep_options, graph_capture, dims)
+    if references:
+        for index, (stat, source) in enumerate(zip(stats, references)):
+            feeds[stat.name], expected[stat.name], stat.source_load_seconds = _reference(source, pool, seed + index, dims)
+    for stat, model in zip(stats, models):
+        pool.add(stat.name, model)
+    report = BenchReport(pool.ep.name, memory_budget, cycles, graph_capture, stats, baseline_rss=rss_bytes())
+    report.pool_peak_rss = report.baseline_rss
+    for _ in range(cycles):
+        for index, stat in enumerate(stats):
+            _one_step(pool, stat, feeds, expected, seed + index, dims, tolerance, report)
+    _fold_events(pool, stats)
+    report.events = [e.to_json() for e in pool.events]
+    pool.close()
+    report.process_peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return report
+
+
+def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expected: dict[str, Any], seed: int,
+              dims: dict[str, int], tolerance: Tolerance, report: BenchReport) -> None:
+    def inputs_for(session: Any) -> dict[str, np.ndarray]:
+        if stat.name not in feeds:
+            feeds[stat.name] = make_inputs(session, seed, dims)[0]
+        return feeds[stat.name]
+
+    start = time.perf_counter()
+    outputs = pool.run(stat.name, inputs_for)
+    stat.run_seconds.append(time.perf_counter() - start)
+    report.pool_peak_rss = max(report.pool_peak_rss, rss_bytes())
+    stat.footprint_bytes = pool.footprints[stat.name]
+    if stat.name not in expected:
+        expected[stat.name] = {k: v.copy() for k, v in outputs.items()}
+        return
+    for output_name, got in outputs.items():
+        comparison: OutputComparison = compare_outputs(output_name, got, expected[stat.name].get(output_name), tolerance)
+        if not comparison.ok:
+            stat.mismatches.append({"run": len(stat.run_seconds), **comparison.to_json()})
+
+
+def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+    """Seeded inputs, the source's outputs on the CPU EP, and how long the source takes to load on the pool's EP."""
+    on_ep = open_timed_session(source, pool.ep, dims)
+    load_seconds = on_ep.seconds
+    del on_ep
+    gc.collect()
+    cpu = open_timed_session(source, None, dims).session
+    inputs, _ = make_inputs(cpu, seed, dims)
+    names = [o.name for o in cpu.get_outputs()]
+    outputs = dict(zip(names, cpu.run(names, inputs)))
+    del cpu
+    gc.collect()
+    return inputs, outputs, load_seconds
+
+
+def _fold_events(pool: SessionPool, stats: list[ModelStats]) -> None:
+    by_name = {s.name: s for s in stats}
+    for event in pool.events:
+        stat = by_name[event.model]
+        if event.kind in ("load", "reload"):
+            stat.load_seconds.append(event.seconds)
+        elif event.kind == "hit":
+            stat.hits += 1
+        elif event.kind == "evict":
+            stat.evictions += 1
+        elif event.kind == "capture":
+            stat.captures += 1
+
+
+def _unique_names(models: list[Path]) -> list[str]:
+    names: list[str] = []
+    for model in models:
+        name = model.name[: -len(".onnx")] if model.name.endswith(".onnx") else model.name
+        candidate, n = name, 2
+        while candidate in names:
+            candidate, n = f"{name}#{n}", n + 1
+        names.append(candidate)
+    return names

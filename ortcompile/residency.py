@@ -1,0 +1,213 @@
+"""A session residency pool: keep compiled models loaded while they fit a memory budget, evict the least
+recently used when they do not, reload transparently on the next use.
+
+Compiled EPContext models load in seconds, which makes "load on demand, evict under pressure" a practical
+policy for pipelines whose models fit one at a time but not all at once (Stable Diffusion's encoder, UNet
+and VAE; an LLM's several graphs).
+
+Footprint: a model's resident cost is the growth of this process's resident set size (RSS, from
+/proc/self/statm) across its load and first run (the first run allocates the arena and, with graph
+capture, records the command buffers). Before a model's first load the estimate is the size of its files.
+Eviction returns freed heap to the OS (malloc_trim), so the next measurement starts from a true base.
+The pool evicts before loading until resident + incoming fits the budget, so it exceeds the budget by at
+most one model (only when that model alone is larger than the budget).
+
+Graph capture (WebGPU `enableGraphCapture=1`, CUDA graphs): a captured session replays command buffers
+recorded against its own bound inputs and outputs, so each session gets its own IOBinding with device
+values, and eviction calls `release_captured_graph()` before dropping the session: the next use captures
+again instead of replaying stale commands.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ortcompile import eps
+from ortcompile.errors import CompilationFailed, UsageError, first_line
+from ortcompile.native import native_stdout_to_stderr, session_log_level
+
+GRAPH_CAPTURE_OPTION = "enableGraphCapture"
+DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _release_free_heap() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass  # not glibc: freed memory still counts until the allocator returns it
+
+
+def model_file_bytes(model: Path) -> int:
+    """The model file plus every file next to it that it names (data, EP blobs): a first footprint guess."""
+    from ortcompile.inspect import inspect_model
+
+    report = inspect_model(model)
+    blobs = sum(e["blob"]["size"] or 0 for e in report.epcontext if e["blob"])
+    return report.graph_bytes + sum(f.size or 0 for f in report.data_files) + blobs
+
+
+@dataclass
+class PoolEvent:
+    kind: str  # load | hit | evict | reload | capture
+    model: str
+    seconds: float = 0.0
+    bytes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "model": self.model, "seconds": round(self.seconds, 4), "bytes": self.bytes}
+
+
+@dataclass
+class _Resident:
+    session: Any
+    footprint: int
+    binding: dict[str, Any] = field(default_factory=dict)  # graph capture: IOBinding and device values
+    runs: int = 0
+
+
+class SessionPool:
+    """Named models loaded on demand under a memory budget (bytes of RSS)."""
+
+    def __init__(self, memory_budget_bytes: int, ep: str = "auto", ep_options: dict[str, str] | None = None,
+                 graph_capture: bool = False, dims: dict[str, int] | None = None) -> None:
+        self.budget = memory_budget_bytes
+        self.ep = eps.resolve(ep, dict(ep_options or {}, **({GRAPH_CAPTURE_OPTION: "1"} if graph_capture else {})))
+        self.graph_capture = graph_capture
+        if graph_capture and self.ep.name not in DEVICE_FOR_EP:
+            raise UsageError(f"--graph-capture needs an EP that captures graphs (webgpu); {self.ep.name} does not")
+        self.dims = dict(dims or {})
+        self.models: dict[str, Path] = {}
+        self.footprints: dict[str, int] = {}  # last measured, kept after eviction for the next decision
+        self.resident: OrderedDict[str, _Resident] = OrderedDict()  # least recently used first
+        self.events: list[PoolEvent] = []
+        self._loaded_before: set[str] = set()
+
+    def add(self, name: str, model: str | os.PathLike[str]) -> None:
+        path = Path(model)
+        if not path.is_file():
+            raise UsageError(f"{path}: no such model")
+        self.models[name] = path
+        self.footprints.setdefault(name, model_file_bytes(path))
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(r.footprint for r in self.resident.values())
+
+    def session(self, name: str) -> Any:
+        return self._acquire(name).session
+
+    def run(self, name: str, feeds: dict[str, np.ndarray] | Callable[[Any], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Run one model (loading it if needed); returns outputs by name as numpy arrays.
+
+        `feeds` may be a function of the session, to build inputs from its metadata on first use.
+        """
+        entry = self._acquire(name)
+        if callable(feeds):
+            feeds = feeds(entry.session)
+        start_rss = rss_bytes()
+        outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(entry, feeds)
+        if entry.runs == 0:  # the first run allocates the arena (and captures): part of the footprint
+            entry.footprint += max(0, rss_bytes() - start_rss)
+            self.footprints[name] = entry.footprint
+        entry.runs += 1
+        return outputs
+
+    def evict(self, name: str) -> None:
+        entry = self.resident.pop(name)
+        start = time.perf_counter()
+        if self.graph_capture and entry.runs:
+            entry.session.release_captured_graph()  # the next use must capture again, never replay stale commands
+        entry.binding.clear()
+        del entry.session
+        gc.collect()
+        _release_free_heap()
+        self.events.append(PoolEvent("evict", name, time.perf_counter() - start, entry.footprint))
+
+    def close(self) -> None:
+        for name in list(self.resident):
+            self.evict(name)
+
+    def _acquire(self, name: str) -> _Resident:
+        if name not in self.models:
+            raise UsageError(f"no model named {name!r} in the pool")
+        if name in self.resident:
+            self.resident.move_to_end(name)
+            self.events.append(PoolEvent("hit", name))
+            return self.resident[name]
+        self._make_room(self.footprints[name])
+        return self._load(name)
+
+    def _make_room(self, incoming: int) -> None:
+        while self.resident and self.resident_bytes + incoming > self.budget:
+            oldest = next(iter(self.resident))
+            self.evict(oldest)
+
+    def _load(self, name: str) -> _Resident:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.log_severity_level = session_log_level()
+        self.ep.configure(options)
+        for dim, value in self.dims.items():
+            options.add_free_dimension_override_by_name(dim, value)
+        start_rss, start = rss_bytes(), time.perf_counter()
+        try:
+            with native_stdout_to_stderr():
+                session = ort.InferenceSession(str(self.models[name]), options)
+        except Exception as exc:
+            raise CompilationFailed(f"{name}: cannot load on {self.ep.name}: {first_line(exc)}", detail=str(exc)) from exc
+        seconds = time.perf_counter() - start
+        entry = _Resident(session, max(0, rss_bytes() - start_rss))
+        self.footprints[name] = entry.footprint
+        self.resident[name] = entry
+        self.events.append(PoolEvent("reload" if name in self._loaded_before else "load", name, seconds, entry.footprint))
+        self._loaded_before.add(name)
+        return entry
+
+    def _run_plain(self, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        names = [o.name for o in entry.session.get_outputs()]
+        return dict(zip(names, entry.session.run(names, feeds)))
+
+    def _run_bound(self, name: str, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Graph capture: inputs and outputs live in device values bound once per session."""
+        import onnxruntime as ort
+
+        device = DEVICE_FOR_EP[self.ep.name]
+        if not entry.binding:
+            binding = entry.session.io_binding()
+            values = {}
+            for arg in entry.session.get_inputs():
+                values[arg.name] = ort.OrtValue.ortvalue_from_numpy(feeds[arg.name], device, 0)
+                binding.bind_ortvalue_input(arg.name, values[arg.name])
+            for arg in entry.session.get_outputs():
+                if not all(isinstance(d, int) for d in arg.shape):
+                    raise UsageError(f"{name}: output {arg.name} has a symbolic shape; graph capture needs static shapes (--fix-dim)")
+                values[arg.name] = ort.OrtValue.ortvalue_from_shape_and_type(arg.shape, _numpy_type(arg.type), device, 0)
+                binding.bind_ortvalue_output(arg.name, values[arg.name])
+            entry.binding = {"io": binding, "values": values}
+            self.events.append(PoolEvent("capture", name))
+        else:
+            for input_name, array in feeds.items():
+                entry.binding["values"][input_name].update_inplace(array)
+        entry.session.run_with_iobinding(entry.binding["io"])
+        return {o.name: entry.binding["values"][o.name].numpy() for o in entry.session.get_outputs()}
+
+
+def _numpy_type(ort_type: str) -> Any:
+    from ortcompile.inputs import NUMPY_TYPES
+
+    return NUMPY_TYPES[ort_type]
