@@ -186,10 +186,15 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
 
         write_depfile(Path(depfile), [depfile_rule(r.model_path, r.inputs) for r in results])
     if as_json:
-        click.echo(json.dumps({"outputs": [r.to_json() for r in results]}, indent=2))
+        click.echo(_json({"outputs": [r.to_json() for r in results]}, indent=2))
     elif not quiet:
         for result in results:
             click.echo(_summary_line(result))
+
+
+def _json(document: Any, indent: int = 2) -> str:
+    """JSON for scripts: strict RFC 8259 (a NaN or infinity is a bug, not output)."""
+    return json.dumps(document, indent=indent, allow_nan=False)
 
 
 def _summary_line(result: Any) -> str:
@@ -214,7 +219,7 @@ def inspect_command(model: str, check: bool, quiet: bool, verbose: bool, as_json
 
     report = inspect_model(model, check=check).to_json()
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(_json(report, indent=2))
     elif not quiet:
         click.echo("\n".join(inspect_text(report)))
     if check and report["problems"]:  # without --check, problems are reported, not fatal
@@ -249,7 +254,7 @@ def verify_command(compiled: str, reference: str, ep: str | None, seed: int, run
                           fix_dims=parse_fix_dims(fix_dims), time_source=time_source)
     report = result.to_json()
     if as_json:
-        click.echo(json.dumps(report, indent=2))
+        click.echo(_json(report, indent=2))
     elif not quiet:
         click.echo("\n".join(verify_text(report)))
     if not result.ok:
@@ -267,7 +272,7 @@ def eps_command(quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     set_ort_log_level(verbose)
     listings = list_eps()
     if as_json:
-        click.echo(json.dumps({"eps": [e.to_json() for e in listings]}, indent=2))
+        click.echo(_json({"eps": [e.to_json() for e in listings]}, indent=2))
         return
     if quiet:
         return
@@ -316,7 +321,7 @@ def bench_command(models: tuple[str, ...], memory_budget: int | None, cycles: in
     report = run_pipeline([Path(m) for m in models], memory_budget or 2**62, cycles, ep, parse_ep_options(ep_options), graph_capture,
                           [Path(r) for r in references] or None, parse_fix_dims(fix_dims), seed, Tolerance(rtol, atol))
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        click.echo(_json(report.to_json(), indent=2))
     elif not quiet:
         click.echo("\n".join(bench_text(report.to_json())))
     if not report.ok:

@@ -222,7 +222,7 @@ def _verify_staged(job: _Job, model: Path) -> None:
     report = verify_model(model, job.source.path, ep=job.ep, tolerance=job.options.verify_tolerance, fix_dims=job.overrides, time_source=False)
     if not report.ok:
         raise VerificationFailed(f"not published: {report.failure()}")
-    worst = max((c.max_abs for run in report.runs for c in run["outputs"]), default=0.0)
+    worst = max((c.max_abs or 0.0 for run in report.runs for c in run["outputs"]), default=0.0)
     job.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
     job.timings["verify"] = time.perf_counter() - clock
 
@@ -261,6 +261,18 @@ def _versions(ep: eps.ResolvedEp) -> dict[str, Any]:
 
 
 def peak_rss_bytes() -> int:
+    """This process's own peak resident set.
+
+    Not ru_maxrss on Linux: exec() folds the parent's high-water mark into it, so ortcompile started by a
+    big process (pytest, a build system) would report the parent's memory. VmHWM is per address space.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 

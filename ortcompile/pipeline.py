@@ -9,7 +9,6 @@ CPU EP (computed before the pool starts, one session at a time, then freed).
 from __future__ import annotations
 
 import gc
-import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ortcompile.compiler import peak_rss_bytes
 from ortcompile.inputs import make_inputs
 from ortcompile.options import Tolerance
 from ortcompile.residency import SessionPool, rss_bytes
@@ -118,7 +118,7 @@ def run_pipeline(models: list[Path], memory_budget: int, cycles: int = 3, ep: st
     _fold_events(pool, stats)
     report.events = [e.to_json() for e in pool.events]
     pool.close()
-    report.process_peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    report.process_peak_rss = peak_rss_bytes()
     return report
 
 

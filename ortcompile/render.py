@@ -83,12 +83,16 @@ def verify_text(report: dict[str, Any]) -> list[str]:
         line = f"load       compiled {seconds['compiled']:.2f}s on {report['ep']}"
         if seconds.get("source_on_ep") is not None:
             line += f", source {seconds['source_on_ep']:.2f}s on the same EP"
-        if report["load_speedup"]:
-            line += f" ({report['load_speedup']}x faster)"
+        speedup = report["load_speedup"]
+        if speedup:
+            line += f" ({speedup}x faster)" if speedup >= 1 else f" ({1 / speedup:.2f}x slower)"
         lines.append(line)
     for run in report["runs"]:
         for out in run["outputs"]:
             verdict = "ok" if out["ok"] else "MISMATCH"
+            if out["reason"]:
+                lines.append(f"output     {out['name']} seed={run['seed']}: {verdict}, {out['reason']}")
+                continue
             lines.append(f"output     {out['name']} seed={run['seed']}: {verdict}, max abs {out['max_abs']:.3g}, "
                          f"max rel {out['max_rel']:.3g}, {out['mismatches']}/{out['total']} outside tolerance")
     lines.append("result     " + ("ok" if report["ok"] else f"FAILED: {report['failure']}"))
