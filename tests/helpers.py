@@ -78,9 +78,10 @@ def assert_no_junk(directory: Path) -> None:
     assert not [n for n in names if n.endswith("_qnn.bin") and n not in listed], names
 
 
-def check_output_dir(out: Path, stem: str) -> dict[str, Any]:
-    """The output directory holds exactly the manifest's files (+ the manifest and the --if-changed stamp),
-    and each file's size and sha256 match the manifest. Returns the manifest."""
+def check_output_dir(out: Path, stem: str, unrelated: Iterable[str] = ()) -> dict[str, Any]:
+    """The output directory holds exactly the manifest's files (+ the manifest and the --if-changed stamp,
+    other models' outputs and the `unrelated` files the test put there), and each file's size and sha256
+    match the manifest. Returns the manifest."""
     manifest_path = out / f"{stem}_ctx.manifest.json"
     manifest = json.loads(manifest_path.read_text())
     assert manifest["model"] == f"{stem}_ctx.onnx"
@@ -88,7 +89,7 @@ def check_output_dir(out: Path, stem: str) -> dict[str, Any]:
     assert len(listed) == len(set(listed)), listed
     # The stamp is a cache of input fingerprints for --if-changed, documented as "not an output".
     allowed_extra = {manifest_path.name, f".{stem}_ctx.stamp.json"}
-    on_disk = set(os.listdir(out))
+    on_disk = set(os.listdir(out)) - set(unrelated)
     for other in out.glob("*_ctx.manifest.json"):  # other models compiled into the same directory
         if other != manifest_path:
             other_stem = other.name[: -len("_ctx.manifest.json")]

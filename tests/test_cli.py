@@ -99,6 +99,18 @@ def test_allow_partial_publishes_a_cpu_only_model(tmp_path: Path) -> None:
     assert compiled.run(None, feeds)[0].tobytes() == source.run(None, feeds)[0].tobytes()
 
 
+@pytest.mark.parametrize("option", ["soc_model=99999", "device_id=7", "backend_path=/nonexistent"])
+def test_ep_that_cannot_start_fails_even_with_allow_partial(option: str, tmp_path: Path) -> None:
+    """A provider option value the EP rejects makes QNN take nothing; that must not pass for "nothing to
+    compile" and publish a CPU-only model (functional-2)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--ep-option", option, "--allow-partial")
+    assert proc.returncode == 1
+    assert_one_line_error(proc.stderr, "qnn:", "--ep-option")
+    assert snapshot(out) == {}
+
+
 # ---------------------------------------------------------------- exit code 2: usage errors
 
 @pytest.mark.parametrize("args, needle", [
@@ -220,9 +232,9 @@ def test_output_would_overwrite_input_via_symlink(tmp_path: Path) -> None:
     assert snapshot(src) == before_src and snapshot(out) == before_out
 
 
-@pytest.mark.xfail(strict=True, reason="functional-1: an input data file named like an output data file is overwritten")
 def test_output_would_overwrite_input_external_data(tmp_path: Path) -> None:
-    """Compiling into the model's own directory, when its external data is named like our data output."""
+    """Compiling into the model's own directory, when its external data is named like our data output
+    (functional-1: it was silently replaced, destroying the input)."""
     _model_with_external_data(tmp_path / "m.onnx", "m_ctx.onnx.data")
     before = snapshot(tmp_path)
     proc = run_cli("compile", tmp_path / "m.onnx", "-o", tmp_path, "--ep", "cpu")
@@ -240,9 +252,14 @@ def test_eps_json(tmp_path: Path) -> None:
     assert eps["qnn"]["available"] is True and eps["qnn"]["produces_epcontext"] is True
     assert eps["qnn"]["ep_name"] == "QNNExecutionProvider" and eps["qnn"]["devices"]
     assert eps["cpu"]["available"] is True and eps["cpu"]["produces_epcontext"] is False
-    for name in ("openvino", "webgpu"):  # not installed here: listed, unavailable, with the pip command
-        assert eps[name]["available"] is False
-        assert "pip install" in eps[name]["note"]
+    assert eps["webgpu"]["produces_epcontext"] is False and eps["openvino"]["produces_epcontext"] is True
+    for name in ("openvino", "webgpu"):  # listed whether or not installed here; each says why it is unavailable
+        entry = eps[name]
+        assert entry["available"] == (entry["installed"] and bool(entry["devices"]))
+        if not entry["installed"]:
+            assert f"pip install {entry['package']}" in entry["note"] and entry["version"] is None
+        elif not entry["devices"]:
+            assert "no device" in entry["note"]
 
 
 def test_eps_text_and_quiet() -> None:
