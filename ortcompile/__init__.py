@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
+    from ortcompile.buffers import CompiledArtifact, compile_to_buffers, open_session
     from ortcompile.compiler import compile_model
     from ortcompile.options import CompileOptions, CompileResult
-    from ortcompile.buffers import CompiledArtifact, compile_to_buffers, open_session
     from ortcompile.plan import LayoutPolicy
 
 _LAZY = {

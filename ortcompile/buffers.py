@@ -24,8 +24,8 @@ from ortcompile import eps
 from ortcompile.datapass import DataPass, Target, WrittenFile
 from ortcompile.errors import CompilationFailed
 from ortcompile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
-from ortcompile.ortstep import compile_with_ort
 from ortcompile.native import session_log_level
+from ortcompile.ortstep import compile_with_ort
 from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.publish import OutputNames
 from ortcompile.shapes import dimension_overrides

@@ -9,8 +9,9 @@ import re
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
@@ -146,13 +147,12 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
                     require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
                     quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
-    from ortcompile.options import CompileOptions
     from ortcompile.eps import parse_ep_options
     from ortcompile.native import set_ort_log_level
+    from ortcompile.options import CompileOptions, Tolerance
     from ortcompile.plan import LayoutPolicy
     from ortcompile.progress import TerminalReporter
     from ortcompile.shapes import parse_fix_dims, parse_fix_shapes
-    from ortcompile.options import Tolerance
 
     set_ort_log_level(verbose)
     options = CompileOptions(
@@ -244,9 +244,9 @@ def verify_command(compiled: str, reference: str, ep: str | None, seed: int, run
     """Check COMPILED against its manifest, then its outputs against the source on the CPU EP (exit 5 on mismatch)."""
     from ortcompile.errors import VerificationFailed
     from ortcompile.native import set_ort_log_level
+    from ortcompile.options import Tolerance
     from ortcompile.render import verify_text
     from ortcompile.shapes import parse_fix_dims
-    from ortcompile.options import Tolerance
     from ortcompile.verify import verify_model
 
     set_ort_log_level(verbose)

@@ -15,10 +15,11 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ortcompile import __version__, eps
 from ortcompile.datapass import DataPass, FileSink, WrittenFile

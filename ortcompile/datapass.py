@@ -10,10 +10,11 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from ortcompile.plan import DataLayout, Placement, data_file_name
 

@@ -7,10 +7,11 @@ Runtime; ONNX Runtime then lists the devices the EP claims on this machine (``ge
 from __future__ import annotations
 
 import importlib
-import os
 import importlib.metadata
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ortcompile.errors import EpUnavailable, UsageError, first_line
 from ortcompile.native import native_stdout_to_stderr

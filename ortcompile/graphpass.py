@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ortcompile.datapass import WrittenFile, HashingFile
+from ortcompile.datapass import HashingFile, WrittenFile
 from ortcompile.errors import CompilationFailed, OutputError
 from ortcompile.source import PROTOBUF_LIMIT
 

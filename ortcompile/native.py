@@ -7,7 +7,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-
 _show_native_output = False  # set by set_ort_log_level: -v shows what native code prints
 
 

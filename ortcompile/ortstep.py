@@ -10,9 +10,10 @@ import contextlib
 import io
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ortcompile.blobs import BlobSink, callback_unsupported
 from ortcompile.datapass import DataPass
@@ -118,10 +119,10 @@ def _attempt(
     ep.configure(options)
     # EPs name their blob files after this path, so they land in the staging directory.
     options.add_session_config_entry("ep.context_file_path", str(model_path))
-    for name, value in overrides.items():
-        options.add_free_dimension_override_by_name(name, value)
-    for key, value in (session_config or {}).items():
-        options.add_session_config_entry(key, value)
+    for dim, size in overrides.items():
+        options.add_free_dimension_override_by_name(dim, size)
+    for key, setting in (session_config or {}).items():
+        options.add_session_config_entry(key, setting)
     guard = _CallbackGuard()
     flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if require_compiled else ort.OrtCompileApiFlags.NONE
     sink = BlobSink(None if blobs_in_memory else model_path.parent) if use_callback else None

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 
 class Reporter(Protocol):

@@ -17,9 +17,9 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from ortcompile.errors import OutputError
 

@@ -7,6 +7,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ortcompile.errors import InvalidModel, first_line
 
@@ -202,12 +203,12 @@ def _expected_nbytes(data_type: int, shape: tuple[int, ...]) -> int | None:
     return count * onnx.helper.tensor_dtype_to_np_dtype(data_type).itemsize
 
 
-def _inline_nbytes(tensor: object, expected: int | None) -> int:
-    if tensor.raw_data:  # type: ignore[attr-defined]
-        return len(tensor.raw_data)  # type: ignore[attr-defined]
+def _inline_nbytes(tensor: Any, expected: int | None) -> int:
+    if tensor.raw_data:
+        return len(tensor.raw_data)
     if expected is not None:
         return expected
-    return sum(len(s) for s in tensor.string_data)  # type: ignore[attr-defined]
+    return sum(len(s) for s in tensor.string_data)
 
 
 def _input_info(value_info: object) -> InputInfo:

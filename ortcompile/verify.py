@@ -17,10 +17,10 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, InvalidModel, UsageError
+from ortcompile.inputs import make_inputs
 from ortcompile.inspect import inspect_model
 from ortcompile.integrity import ManifestStatus, check_manifest
 from ortcompile.options import Tolerance
-from ortcompile.inputs import make_inputs
 from ortcompile.sessions import open_timed_session, probe_load
 from ortcompile.shapes import dimension_overrides
 from ortcompile.source import SourceModel, read_source
