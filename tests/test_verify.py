@@ -37,7 +37,7 @@ TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "tolerance", "integri
 INTEGRITY_KEYS = {"path", "found", "hashed", "ok", "problems", "files", "referenced_files_problems"}
 INTEGRITY_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "status"}
 RUN_KEYS = {"seed", "outputs"}
-OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "ok"}
+OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -121,7 +121,8 @@ def test_good_qnn_outputs_pass(built: dict[str, Path], name: str) -> None:
     [run_] = report["runs"]
     [out] = run_["outputs"]
     assert run_["seed"] == 0
-    assert (out["name"], out["shape"], out["dtype"], out["total"], out["mismatches"], out["ok"]) == ("y", [1, 256], "float32", 256, 0, True)
+    assert (out["name"], out["shape"], out["dtype"], out["total"], out["mismatches"], out["ok"], out["reason"]) == (
+        "y", [1, 256], "float32", 256, 0, True, "")
     assert 0 < out["max_abs"] < QNN_NOISE_BOUND  # the simulator really ran: not bit-identical to the CPU EP
     assert 0 < out["max_rel"] < 1e-3
 
@@ -170,6 +171,7 @@ def test_ep_defaults_to_the_one_in_the_manifest(built: dict[str, Path]) -> None:
     assert report["runs"][0]["outputs"][0]["max_abs"] == 0.0  # same EP, same weights: bit-identical
     seconds = report["session_seconds"]
     assert seconds["source_on_ep"] == seconds["source_on_cpu"]
+    assert report["load_speedup"] is None  # nothing was compiled: comparing two CPU loads would mean nothing
 
 
 def test_ep_that_cannot_run_the_epcontext_nodes_fails_clearly(built: dict[str, Path]) -> None:
@@ -467,16 +469,16 @@ def _edit_outputs(model: Path, rename: dict[str, str], drop: set[str]) -> None:
     refresh_manifest(model)
 
 
-@pytest.mark.xfail(strict=True, reason="bug: only the compiled model's outputs are compared (/tmp/ortcompile-bugs/inspect-verify-6.md)")
 def test_compiled_model_missing_an_output_fails(built: dict[str, Path], tmp_path: Path) -> None:
+    """A compiled model that computes fewer things is not the same model, even if what it computes matches."""
     model = copy_output(built["mixed_cpu"], tmp_path)
     _edit_outputs(model, {}, {"pos"})
     proc = run("verify", model, "--reference", FIXTURES / "mixed.onnx")
     assert proc.returncode == 5
-    assert "'pos'" in error_line(proc)
+    assert error_line(proc) == ("ortcompile: error: the compiled model has outputs ['top', 'y', 'y16'] "
+                                "but the source has ['pos', 'top', 'y', 'y16']")
 
 
-@pytest.mark.xfail(strict=True, reason="bug: max_abs inf is written as Infinity, not JSON (/tmp/ortcompile-bugs/inspect-verify-6.md)")
 def test_renamed_output_fails_with_valid_json(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["mixed_cpu"], tmp_path)
     _edit_outputs(model, {"pos": "positive"}, set())
@@ -485,3 +487,20 @@ def test_renamed_output_fails_with_valid_json(built: dict[str, Path], tmp_path: 
     report = json.loads(proc.stdout, parse_constant=lambda token: pytest.fail(f"not JSON: {token}"))
     assert report["ok"] is False
     assert "'pos'" in report["failure"] and "'positive'" in report["failure"]
+
+
+def test_reshaped_output_is_reported_with_its_shapes(built: dict[str, Path], tmp_path: Path) -> None:
+    """ArgMax keepdims 0 -> 1: 'top' becomes int64[1, 1]. Not comparable element by element: null diffs, a reason."""
+    model = copy_output(built["mixed_cpu"], tmp_path)
+    proto = onnx.load_model(str(model), load_external_data=False)
+    [argmax] = [n for n in proto.graph.node if n.op_type == "ArgMax"]
+    next(a for a in argmax.attribute if a.name == "keepdims").i = 1
+    onnx.save_model(proto, str(model))
+    refresh_manifest(model)
+    proc = run("verify", model, "--reference", FIXTURES / "mixed.onnx", "--json")
+    assert proc.returncode == 5
+    report = json.loads(proc.stdout, parse_constant=lambda token: pytest.fail(f"not JSON: {token}"))
+    top = next(o for o in report["runs"][0]["outputs"] if o["name"] == "top")
+    assert (top["shape"], top["max_abs"], top["max_rel"], top["ok"]) == ([1, 1], None, None, False)
+    assert top["reason"] == "the compiled model gives int64[1, 1], the source int64[1]"
+    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source: {top['reason']}"
