@@ -4,7 +4,8 @@ stray EP blob, even when an earlier output of the same model is there and --forc
 Each failure is real: the QNN HTP backend rejecting a graph at finalize, the OS refusing a write in pass 1
 (RLIMIT_FSIZE, a full tmpfs), a signal while gigabytes are being written.
 
-Measured with raw onnxruntime (ModelCompiler.compile_to_file, embed=0) on the same inputs, for contrast:
+Measured with raw onnxruntime (ModelCompiler.compile_to_file, embed=0) on the same inputs, for contrast
+(the RLIMIT_FSIZE case is kept as test_raw_ort_leaves_junk_in_the_same_situation):
 - HTP finalize failure: raw ORT leaves nothing (the EP writes its blob only after every graph finalized).
 - RLIMIT_FSIZE in the data write: raw ORT leaves `<model>_qnn.bin` and a truncated `.data` file.
 - an exception in get_initializer_location_func: raw ORT leaves `<model>_qnn.bin`.
@@ -135,6 +136,36 @@ def test_write_failure_in_pass_1_keeps_previous_output(previous_output: Callable
     assert_one_line_error(proc.stderr, "cannot write", "File too large")
     assert snapshot(out) == before
     assert_no_junk(out)
+
+
+_RAW_ORT = """
+import sys, onnxruntime as ort, onnxruntime_qnn
+ort.set_default_logger_severity(4)
+ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
+options = ort.SessionOptions()
+options.add_provider_for_devices([d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"],
+                                 {"backend_path": onnxruntime_qnn.get_qnn_htp_path()})
+compiler = ort.ModelCompiler(options, sys.argv[1], embed_compiled_data_into_model=False,
+                             external_initializers_file_path="net_ctx.onnx.data")
+try:
+    compiler.compile_to_file(sys.argv[2])
+except Exception as exc:
+    print("failed:", str(exc).splitlines()[0])
+"""
+
+
+def test_raw_ort_leaves_junk_in_the_same_situation(tmp_path: Path) -> None:
+    """The hazard the test above guards against is real: raw ModelCompiler, same model, same limit, leaves
+    the EP's blob and a truncated data file in the destination. (If ORT ever stops doing this, the test
+    above still holds; this one documents why staging exists.)"""
+    _weights_with_big_cpu_tensor(tmp_path / "net.onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = subprocess.run([sys.executable, "-c", _RAW_ORT, str(tmp_path / "net.onnx"), str(out / "net_ctx.onnx")],
+                          capture_output=True, text=True, timeout=120, preexec_fn=_limit_file_size(200_000))
+    assert "failed:" in proc.stdout, (proc.stdout, proc.stderr)  # (after the QNN SDK banner, on raw stdout)
+    assert (out / "net_ctx_qnn.bin").is_file()
+    assert (out / "net_ctx.onnx.data").stat().st_size == 200_000  # cut at the limit
 
 
 @pytest.fixture
