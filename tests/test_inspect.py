@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -620,3 +621,16 @@ def test_the_sparse_over_2gb_output_is_a_real_model(big_output: Path) -> None:
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["integrity"]["ok"] is True
     assert report["runs"][0]["outputs"][0]["max_abs"] == 0.0  # same EP, same weights: bit-identical
+
+
+def test_docs_describe_every_json_key_and_option() -> None:
+    """docs/inspect.md is the schema's reference: a key or option added without documenting it fails here."""
+    doc = (ROOT / "docs" / "inspect.md").read_text()
+    keys = (TOP_KEYS | IO_KEYS | EPCONTEXT_KEYS | BLOB_KEYS | NODES_KEYS | INITIALIZERS_KEYS | DATA_FILE_KEYS | ALIGNMENT_KEYS
+            | UNALIGNED_KEYS | MANIFEST_KEYS | MANIFEST_FILE_KEYS)
+    undocumented = sorted(k for k in keys if f"`{k}`" not in doc and f'"{k}"' not in doc)
+    assert undocumented == []
+    help_options = run("inspect", "--help").stdout.partition("Options:")[2]
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b", help_options))
+    assert options >= {"--check", "--json", "-q", "--quiet"}
+    assert sorted(o for o in options if o not in doc) == []

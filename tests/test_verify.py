@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -504,3 +505,15 @@ def test_reshaped_output_is_reported_with_its_shapes(built: dict[str, Path], tmp
     assert (top["shape"], top["max_abs"], top["max_rel"], top["ok"]) == ([1, 1], None, None, False)
     assert top["reason"] == "the compiled model gives int64[1, 1], the source int64[1]"
     assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source: {top['reason']}"
+
+
+def test_docs_describe_every_json_key_and_option() -> None:
+    """docs/verify.md is the schema's reference: a key or option added without documenting it fails here."""
+    doc = (ROOT / "docs" / "verify.md").read_text()
+    keys = TOP_KEYS | INTEGRITY_KEYS | INTEGRITY_FILE_KEYS | RUN_KEYS | OUTPUT_KEYS | {"compiled", "source_on_ep", "source_on_cpu"}
+    undocumented = sorted(k for k in keys if f"`{k}`" not in doc and f'"{k}"' not in doc)
+    assert undocumented == []
+    help_options = run("verify", "--help").stdout.partition("Options:")[2]
+    options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b", help_options))
+    assert options >= {"--reference", "--seed", "--runs", "--fix-dim", "--rtol", "--atol", "--no-time-source"}
+    assert sorted(o for o in options if o not in doc) == []
