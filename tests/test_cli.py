@@ -11,7 +11,6 @@ from pathlib import Path
 
 import onnx
 import pytest
-
 from helpers import (
     FIXTURES,
     assert_no_junk,

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from helpers import (
     FIXTURES,
     QNN_ATOL,
@@ -35,6 +34,7 @@ from helpers import (
     seeded_tensor,
     weights_model,
 )
+
 from ortcompile import CompileOptions, LayoutPolicy, compile_model
 
 MIB = 1 << 20

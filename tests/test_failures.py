@@ -21,12 +21,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
-
 from helpers import (
     FIXTURES,
     STAGE_PREFIX,
@@ -40,6 +39,7 @@ from helpers import (
     sparse_weights_model,
     weights_model,
 )
+
 from ortcompile import CompileOptions, compile_model
 from ortcompile.errors import CompilationFailed
 
