@@ -103,6 +103,17 @@ def test_api_compiles_fixture_with_qnn(case_id: str, tmp_path: Path) -> None:
     assert result.files == manifest["files"]
 
 
+def test_fix_dim_value_reaches_the_compiled_model(tmp_path: Path) -> None:
+    """--fix-dim batch=4: QNN compiles for batch 4, and the compiled model takes (only) that batch."""
+    result = compile_model(FIXTURES / "dynamic.onnx", tmp_path, CompileOptions(ep="qnn", fix_dims={"batch": 4}))
+    assert result.epcontext_nodes == 1
+    session = qnn_session(tmp_path / "dynamic_ctx.onnx")
+    assert [i.shape for i in session.get_inputs()] == [[4, 256]]
+    max_abs_diff_vs_cpu(session, FIXTURES / "dynamic.onnx", seeds=range(2), dims={"batch": 4})
+    manifest = check_output_dir(tmp_path, "dynamic")
+    assert manifest["options"]["fix_dims"] == {"batch": 4}
+
+
 def _compile_split_cli(out: Path, *models: Path) -> dict[str, Any]:
     proc = run_cli("compile", *models, FIXTURES / "split.onnx", "-o", out, "--ep", "qnn", "--embed", "never", "-q")
     assert proc.returncode == 0, proc.stderr
@@ -307,6 +318,7 @@ def test_external_offsets_are_aligned(align: int, threshold: int, layout_model: 
     assert proc.returncode == 0, proc.stderr
     manifest = check_output_dir(out, "w")
     assert [f["name"] for f in manifest["files"] if f["role"] == "data"] == ["w_ctx.onnx.data"]
+    assert_paths_inside(out / "w_ctx.onnx")
     externals = assert_data_matches(out / "w_ctx.onnx", source_arrays(source))
     assert {e.name for e in externals} == {"Wq", *arrays} - {"h_f32_tiny"}
     assert_aligned(externals, align, threshold)
@@ -353,6 +365,7 @@ def test_shards_split_data_without_straddling(shard: int, layout_model: tuple[Pa
     data_files = [f["name"] for f in manifest["files"] if f["role"] == "data"]
     assert len(data_files) >= 3
     assert data_files == ["w_ctx.onnx.data", *(f"w_ctx.onnx.data.{i}" for i in range(1, len(data_files)))]
+    assert_paths_inside(out / "w_ctx.onnx")
     externals = assert_data_matches(out / "w_ctx.onnx", source_arrays(source))  # also: none straddles its file's end
     assert {e.location for e in externals} == set(data_files)
     for name in data_files:
