@@ -17,6 +17,7 @@ import glob
 import math
 import mmap
 import os
+import shutil
 import tempfile
 import weakref
 from pathlib import Path
@@ -25,9 +26,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import FIXTURES, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import FIXTURES, epcontext_nodes, attribute, max_abs_diff_vs_cpu, seeded_inputs, snapshot
 from ortcompile import CompileOptions, LayoutPolicy, compile_model, compile_to_buffers, open_session
 from ortcompile.buffers import CompiledArtifact, EpContextNotInMemory, planned_capacity
 from ortcompile.errors import CompilationFailed, UsageError
@@ -163,7 +164,7 @@ def test_buffers_named_aligned_and_tight(layout_src, align: int, align_threshold
     buffer = art.buffers["layout_ctx.onnx.data"]
     end = 0
     aligned_big = 0
-    for name, location, offset, length, itemsize in sorted(entries, key=lambda e: e[0]):  # ORT's (name) order
+    for name, _location, offset, length, itemsize in sorted(entries, key=lambda e: e[0]):  # ORT's (name) order
         needed = align if length >= align_threshold else itemsize
         assert offset % needed == 0, (name, offset, needed)
         # Tight: the first offset with that alignment after the previous tensor (no wasted space).
@@ -224,8 +225,10 @@ def test_buffers_equal_the_files_compile_model_writes(layout_src, tmp_path: Path
     assert bytes(art.buffers["layout_ctx.onnx.data"]) == (tmp_path / "out" / "layout_ctx.onnx.data").read_bytes()
 
 
-def test_compile_to_buffers_writes_no_files(fixture_copy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    source = fixture_copy("split.onnx")
+def test_compile_to_buffers_writes_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    source = tmp_path / "src" / "split.onnx"
+    source.parent.mkdir()
+    shutil.copyfile(FIXTURES / "split.onnx", source)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
@@ -389,7 +392,8 @@ def _subgraph_model(path: Path) -> None:
                                  [helper.make_tensor_value_info(f"o_{name}", TensorProto.FLOAT, [1, 256])], [numpy_helper.from_array(w, f"W_{name}")])
 
     nodes = [helper.make_node("If", ["c"], ["y"], then_branch=branch("then", 1), else_branch=branch("else", 2))]
-    graph = helper.make_graph(nodes, "ifm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256]), helper.make_tensor_value_info("c", TensorProto.BOOL, [])]
+    graph = helper.make_graph(nodes, "ifm", inputs,
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])], [])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 9
