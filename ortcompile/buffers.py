@@ -97,12 +97,57 @@ class CompiledArtifact:
 
 
 def planned_capacity(source: SourceModel, policy: LayoutPolicy) -> int:
-    """Bytes needed if every source initializer stayed in the output (ORT asks in name order)."""
+    """An upper bound on the bytes pass 1 can write: every tensor ORT may hand over, each padded at most once.
+
+    ORT asks about main-graph initializers, but also about Constant nodes (it turns them into initializers)
+    and subgraph initializers (If/Loop/Scan bodies); all of them are counted.
+    """
     layout = DataLayout(LayoutPolicy(policy.inline_threshold, policy.align, policy.align_threshold, None))
-    for tensor in sorted(source.initializers, key=lambda t: t.name):
-        if tensor.dtype != "STRING" and not layout.is_inline(tensor.nbytes):
-            layout.place(tensor.name, tensor.nbytes, max(1, tensor.nbytes // max(1, math.prod(tensor.shape))))
-    return layout.file_sizes[0] if layout.file_sizes else 0
+    total = 0
+    for nbytes, element_size in _all_tensor_sizes(source.path):
+        if not layout.is_inline(nbytes):
+            total += nbytes + policy.alignment_for(nbytes, element_size) - 1
+    return total
+
+
+def _all_tensor_sizes(model_path: Path) -> list[tuple[int, int]]:
+    """(bytes, element size) of every tensor in the model: initializers and Constant values, in every graph."""
+    import onnx
+
+    model = onnx.load_model(str(model_path), load_external_data=False)
+    sizes: list[tuple[int, int]] = []
+    graphs = [model.graph]
+    while graphs:
+        graph = graphs.pop()
+        tensors = list(graph.initializer)
+        for node in graph.node:
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.TENSOR:
+                    tensors.append(attribute.t)
+                elif attribute.type == onnx.AttributeProto.GRAPH:
+                    graphs.append(attribute.g)
+                elif attribute.type == onnx.AttributeProto.GRAPHS:
+                    graphs.extend(attribute.graphs)
+        sizes += [_tensor_size(t) for t in tensors]
+    return sizes
+
+
+def _tensor_size(tensor: Any) -> tuple[int, int]:
+    import onnx
+
+    count = math.prod(tensor.dims)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        fields = {e.key: e.value for e in tensor.external_data}
+        nbytes = int(fields.get("length", 0) or 0)
+    elif tensor.raw_data:
+        nbytes = len(tensor.raw_data)
+    elif tensor.data_type == onnx.TensorProto.STRING:
+        return 0, 1
+    else:
+        nbytes = count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    if nbytes == 0 and count:  # external without a length: the dtype says
+        nbytes = count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return nbytes, max(1, nbytes // max(1, count))
 
 
 def compile_to_buffers(

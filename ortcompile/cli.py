@@ -318,7 +318,7 @@ def bench_command(models: tuple[str, ...], memory_budget: int | None, cycles: in
         ort.set_default_logger_severity(ort_log_level)
     if references and len(references) != len(models):
         raise UsageError(f"--reference given {len(references)} times for {len(models)} models: give one per model, in order")
-    report = run_pipeline([Path(m) for m in models], memory_budget or 2**62, cycles, ep, parse_ep_options(ep_options), graph_capture,
+    report = run_pipeline([Path(m) for m in models], memory_budget, cycles, ep, parse_ep_options(ep_options), graph_capture,
                           [Path(r) for r in references] or None, parse_fix_dims(fix_dims), seed, Tolerance(rtol, atol))
     if as_json:
         click.echo(_json(report.to_json(), indent=2))

@@ -31,7 +31,15 @@ from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
 from ortcompile.plan import DataLayout
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.publish import OutputNames, Staging, check_destination, output_error, prepare_output_dir, remove_stale_stages
+from ortcompile.publish import (
+    OutputNames,
+    Staging,
+    check_destination,
+    output_error,
+    prepare_output_dir,
+    remove_created_dirs,
+    remove_stale_stages,
+)
 from ortcompile.shapes import dimension_overrides, dynamic_inputs_hint
 from ortcompile.source import SourceModel, read_source
 
@@ -52,9 +60,12 @@ def compile_model(
     job = _Job.plan(Path(source_path), Path(output_dir), options, reporter)
     digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
     try:
-        input_digest = digester.submit(digest_inputs, job.source.path, job.source.external_files)
+        input_digest = digester.submit(digest_inputs, job.source.path.absolute(), job.source.external_files)  # cwd moves during the compile
         with Staging(job.output_dir) as staging:
             return job.run(staging, input_digest)
+    except BaseException:
+        remove_created_dirs(job.created_dirs)  # a failed run leaves no empty output directory behind
+        raise
     finally:
         digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
 
@@ -83,6 +94,7 @@ class _Job:
     overrides: dict[str, int]
     require_compiled: bool
     reporter: Reporter
+    created_dirs: list[Path] = field(default_factory=list)  # by prepare_output_dir: removed again on failure
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -95,13 +107,17 @@ class _Job:
         overrides = dimension_overrides(source, options.fix_dims, options.fix_shapes)
         require = ep.info.compiles if options.require_compiled is None else options.require_compiled
         names = OutputNames.for_source(source.path)
-        prepare_output_dir(output_dir)
-        check_destination(output_dir, names, options.force, [source.path, *source.external_files])
+        created = prepare_output_dir(output_dir)
+        try:
+            check_destination(output_dir, names, options.force, [source.path, *source.external_files])
+        except BaseException:
+            remove_created_dirs(created)
+            raise
         for stale in remove_stale_stages(output_dir):
             reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
-        job = cls(source, ep, output_dir, names, options, overrides, require, reporter)
+        job = cls(source, ep, output_dir, names, options, overrides, require, reporter, created)
         job.timings["read"] = time.perf_counter() - clock
         return job
 

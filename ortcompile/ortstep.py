@@ -147,14 +147,19 @@ def _attempt(
     return OrtOutput(graph.buffer.getvalue(), sink)
 
 
+_CWD_LOCK = threading.Lock()  # the working directory is process-wide: one compile at a time changes it
+
+
 @contextlib.contextmanager
 def _working_directory(directory: Path) -> Iterator[None]:
-    previous = os.getcwd()
-    os.chdir(directory)
-    try:
-        yield
-    finally:
-        os.chdir(previous)
+    """Everything else ortcompile touches meanwhile uses absolute paths (staging, digests, blobs)."""
+    with _CWD_LOCK:
+        previous = os.getcwd()
+        os.chdir(directory)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
 
 
 def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
@@ -207,6 +212,18 @@ def _ort_message(text: str) -> str:
     return line.split(" : ")[-1] if " : " in line else line
 
 
+def tiny_static_model() -> Any:
+    """y = x + x on float[1, 8]: every EP takes it. Used to probe and to warm up EPs."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
 def ep_compiles_anything(ep: ResolvedEp) -> bool:
     """Compile a one-node static model: False means the EP itself is broken (e.g. a bad provider option).
 
@@ -216,13 +233,8 @@ def ep_compiles_anything(ep: ResolvedEp) -> bool:
     import tempfile
 
     import onnxruntime as ort
-    from onnx import TensorProto, helper
 
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
+    model = tiny_static_model()
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch:
         options = ort.SessionOptions()
         options.log_severity_level = session_log_level()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ortcompile.compiler import peak_rss_bytes
+from ortcompile.errors import VerificationFailed
 from ortcompile.inputs import make_inputs
 from ortcompile.options import Tolerance
 from ortcompile.residency import SessionPool, rss_bytes
@@ -66,11 +67,12 @@ class ModelStats:
 @dataclass
 class BenchReport:
     ep: str
-    budget: int
+    budget: int | None  # None: unlimited
     cycles: int
     graph_capture: bool
     models: list[ModelStats]
     baseline_rss: int = 0
+    ep_startup_rss: int = 0
     pool_peak_rss: int = 0
     process_peak_rss: int = 0
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -88,6 +90,7 @@ class BenchReport:
             "cycles": self.cycles,
             "graph_capture": self.graph_capture,
             "baseline_rss_bytes": self.baseline_rss,
+            "ep_startup_rss_bytes": self.ep_startup_rss,
             "pool_peak_rss_bytes": self.pool_peak_rss,
             "process_peak_rss_bytes": self.process_peak_rss,
             "models": [m.to_json() for m in self.models],
@@ -95,7 +98,7 @@ class BenchReport:
         }
 
 
-def run_pipeline(models: list[Path], memory_budget: int, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
+def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
                  graph_capture: bool = False, references: list[Path] | None = None, dims: dict[str, int] | None = None,
                  seed: int = 0, tolerance: Tolerance | None = None) -> BenchReport:
     tolerance = tolerance or Tolerance()
@@ -104,13 +107,14 @@ def run_pipeline(models: list[Path], memory_budget: int, cycles: int = 3, ep: st
     stats = [ModelStats(n, str(m), str(r) if references else "first run") for n, m, r in zip(names, models, references or models)]
     expected: dict[str, dict[str, np.ndarray]] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
-    pool = SessionPool(memory_budget, ep, ep_options, graph_capture, dims)
+    pool = SessionPool(memory_budget or 2**62, ep, ep_options, graph_capture, dims)
+    ep_startup = pool.warm_up()  # the EP's one-time start-up memory is not any model's footprint
     if references:
         for index, (stat, source) in enumerate(zip(stats, references)):
             feeds[stat.name], expected[stat.name], stat.source_load_seconds = _reference(source, pool, seed + index, dims)
     for stat, model in zip(stats, models):
         pool.add(stat.name, model)
-    report = BenchReport(pool.ep.name, memory_budget, cycles, graph_capture, stats, baseline_rss=rss_bytes())
+    report = BenchReport(pool.ep.name, memory_budget, cycles, graph_capture, stats, baseline_rss=rss_bytes(), ep_startup_rss=ep_startup)
     report.pool_peak_rss = report.baseline_rss
     for _ in range(cycles):
         for index, stat in enumerate(stats):
@@ -127,6 +131,9 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
     def inputs_for(session: Any) -> dict[str, np.ndarray]:
         if stat.name not in feeds:
             feeds[stat.name] = make_inputs(session, seed, dims)[0]
+        wanted = sorted(i.name for i in session.get_inputs())
+        if wanted != sorted(feeds[stat.name]):
+            raise VerificationFailed(f"{stat.name}: its inputs {wanted} differ from the reference's {sorted(feeds[stat.name])}")
         return feeds[stat.name]
 
     start = time.perf_counter()
@@ -137,8 +144,12 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
     if stat.name not in expected:
         expected[stat.name] = {k: v.copy() for k, v in outputs.items()}
         return
-    for output_name, got in outputs.items():
-        comparison: OutputComparison = compare_outputs(output_name, got, expected[stat.name].get(output_name), tolerance)
+    reference = expected[stat.name]
+    for output_name in sorted(set(outputs) | set(reference)):
+        if output_name not in outputs:  # the model lost an output its reference has
+            stat.mismatches.append({"run": len(stat.run_seconds), "name": output_name, "ok": False, "reason": "missing from the model's outputs"})
+            continue
+        comparison: OutputComparison = compare_outputs(output_name, outputs[output_name], reference.get(output_name), tolerance)
         if not comparison.ok:
             stat.mismatches.append({"run": len(stat.run_seconds), **comparison.to_json()})
 

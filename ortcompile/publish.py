@@ -60,15 +60,28 @@ def output_error(exc: OSError, what: str) -> OutputError:
     return OutputError(f"cannot write {what}: {reason}")
 
 
-def prepare_output_dir(output_dir: Path) -> None:
+def prepare_output_dir(output_dir: Path) -> list[Path]:
+    """Create the output directory (the stage must live inside it); return what was created, deepest last."""
     if output_dir.exists() and not output_dir.is_dir():
         raise OutputError(f"output path {output_dir} is a file, not a directory")
+    missing = [p for p in [output_dir.absolute(), *output_dir.absolute().parents] if not p.exists()][::-1]
     try:
         output_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
+        remove_created_dirs(missing)
         raise output_error(exc, f"output directory {output_dir}") from exc
     if not os.access(output_dir, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write output directory {output_dir}: permission denied; choose a writable -o")
+    return missing
+
+
+def remove_created_dirs(created: list[Path]) -> None:
+    """After a failure: remove the directories this run created, if still empty (the destination as before)."""
+    for directory in reversed(created):
+        try:
+            directory.rmdir()
+        except OSError:
+            return  # not empty (someone else's files) or already gone: leave it and its parents
 
 
 def previous_outputs(output_dir: Path, names: OutputNames) -> list[str]:

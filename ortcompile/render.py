@@ -102,7 +102,7 @@ def verify_text(report: dict[str, Any]) -> list[str]:
 def bench_text(report: dict[str, Any]) -> list[str]:
     budget = report["memory_budget_bytes"]
     lines = [f"ep         {report['ep']}{' (graph capture)' if report['graph_capture'] else ''}, {report['cycles']} cycles, "
-             f"budget {human_size(budget) if budget < 2**61 else 'unlimited'}"]
+             f"budget {human_size(budget) if budget is not None else 'unlimited'}"]
     for m in report["models"]:
         loads = ", ".join(f"{s:.2f}s" for s in m["load_seconds"])
         run = f"{m['mean_run_seconds'] * 1000:.1f} ms" if m["mean_run_seconds"] is not None else "-"
@@ -112,7 +112,7 @@ def bench_text(report: dict[str, Any]) -> list[str]:
         if m["reload_seconds_saved_vs_source"] is not None:
             line += f"; reloads saved {m['reload_seconds_saved_vs_source']:.2f}s vs loading the source ({m['source_load_seconds']:.2f}s)"
         lines.append(line)
-    lines.append(f"memory     baseline {human_size(report['baseline_rss_bytes'])}, pool peak {human_size(report['pool_peak_rss_bytes'])}, "
+    lines.append(f"memory     baseline {human_size(report['baseline_rss_bytes'])} (EP start-up {human_size(report['ep_startup_rss_bytes'])}), pool peak {human_size(report['pool_peak_rss_bytes'])}, "
                  f"process peak {human_size(report['process_peak_rss_bytes'])}")
     lines.append("result     " + ("ok" if report["ok"] else "MISMATCH"))
     return lines

@@ -35,6 +35,7 @@ import numpy as np
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, UsageError, first_line
 from ortcompile.native import native_stdout_to_stderr, session_log_level
+from ortcompile.sessions import require_provider
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
 DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
@@ -96,6 +97,33 @@ class SessionPool:
         self.resident: OrderedDict[str, _Resident] = OrderedDict()  # least recently used first
         self.events: list[PoolEvent] = []
         self._loaded_before: set[str] = set()
+
+    def warm_up(self) -> int:
+        """Start the EP once with a one-node model and drop it; returns the RSS the EP's start-up cost.
+
+        The first session on an EP loads its libraries and device (~100 MiB for QNN and for WebGPU on a
+        software adapter): without this, that one-time cost would be charged to the first model's footprint.
+        It also fails cleanly (EpUnavailable) where the EP cannot create sessions, before graph capture
+        could abort the process.
+        """
+        import onnxruntime as ort
+
+        from ortcompile.ortstep import tiny_static_model
+
+        before = rss_bytes()
+        options = ort.SessionOptions()
+        options.log_severity_level = session_log_level()
+        plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},
+                               self.ep.version)
+        plain.configure(options)
+        with native_stdout_to_stderr():
+            session = ort.InferenceSession(tiny_static_model().SerializeToString(), options)
+        require_provider(session, self.ep)
+        session.run(None, {"x": np.ones((1, 8), np.float32)})
+        del session
+        gc.collect()
+        _release_free_heap()
+        return max(0, rss_bytes() - before)
 
     def add(self, name: str, model: str | os.PathLike[str]) -> None:
         path = Path(model)
@@ -172,6 +200,7 @@ class SessionPool:
         except Exception as exc:
             raise CompilationFailed(f"{name}: cannot load on {self.ep.name}: {first_line(exc)}", detail=str(exc)) from exc
         seconds = time.perf_counter() - start
+        require_provider(session, self.ep)
         entry = _Resident(session, max(0, rss_bytes() - start_rss))
         self.footprints[name] = entry.footprint
         self.resident[name] = entry

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile.eps import ResolvedEp
-from ortcompile.errors import CompilationFailed, InvalidModel, first_line
+from ortcompile.eps import CPU_EP, ResolvedEp
+from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line
 from ortcompile.native import native_stdout_to_stderr, session_log_level
 
 
@@ -37,7 +37,22 @@ def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int])
         if any(marker in text for marker in ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")):
             raise InvalidModel(f"{model}: cannot load: {first_line(exc)}", detail=text) from exc
         raise CompilationFailed(f"{model}: session creation failed: {first_line(exc)}", detail=text) from exc
-    return TimedSession(session, time.perf_counter() - start)
+    seconds = time.perf_counter() - start
+    require_provider(session, ep)
+    return TimedSession(session, seconds)
+
+
+def require_provider(session: Any, ep: ResolvedEp | None) -> None:
+    """ORT silently retries on the CPU EP when an EP fails to create its session: refuse that here."""
+    if ep is None or ep.name == CPU_EP:
+        return
+    used = session.get_providers()
+    if not used or used[0] != ep.name:
+        hint = ""
+        if ep.info.short_name == "webgpu":
+            hint = "; without a GPU, install Mesa's Vulkan 25.x (mesa-vulkan-drivers from bookworm-backports)"
+        raise EpUnavailable(f"{ep.info.short_name}: {ep.name} could not create a session on this machine "
+                            f"(ONNX Runtime fell back to {used}){hint}")
 
 
 def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict[str, int], timeout: float = 600) -> str:

@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compiler import _Job, _node_counts, _versions, compile_pass, graph_pass, peak_rss_bytes
+from ortcompile.compiler import _Job, _node_counts, _verify_staged, _versions, compile_pass, graph_pass, peak_rss_bytes
 from ortcompile.datapass import DataPass, FileSink, WrittenFile
 from ortcompile.errors import CompilationFailed, UsageError
 from ortcompile.graphpass import GraphSummary
@@ -30,7 +30,7 @@ from ortcompile.manifest import build_manifest, digest_inputs, hash_file, manife
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.plan import DataLayout, Placement
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.publish import Staging, output_error
+from ortcompile.publish import Staging, output_error, remove_created_dirs
 
 SHARE_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARING = "ep.stop_share_ep_contexts"
@@ -68,17 +68,31 @@ def compile_shared(sources: list[Path], output_dir: Path, options: CompileOption
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
     options = dataclasses.replace(options, embed="never", share_weights=True)  # a shared blob belongs to several models
-    jobs = [_Job.plan(Path(s), output_dir, options, reporter) for s in sources]
+    jobs: list[_Job] = []
+    try:
+        for source in sources:
+            jobs.append(_Job.plan(Path(source), output_dir, options, reporter))
+        return _compile_planned(jobs, output_dir, options, reporter)
+    except BaseException:
+        if jobs:
+            remove_created_dirs(jobs[0].created_dirs)  # the first plan created the output directory, if anyone did
+        raise
+
+
+def _compile_planned(jobs: list[_Job], output_dir: Path, options: CompileOptions, reporter: Reporter) -> list[CompileResult]:
     stems = [job.names.stem for job in jobs]
     if len(set(stems)) != len(stems):
         raise UsageError(f"--share-weights: two models would both be named {next(s for s in stems if stems.count(s) > 1)}_ctx.onnx")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging:
-        digests = [digester.submit(digest_inputs, j.source.path, j.source.external_files) for j in jobs]
+        digests = [digester.submit(digest_inputs, j.source.path.absolute(), j.source.external_files) for j in jobs]
         shared = SharedDataPass(FileSink(staging.path), f"{stems[0]}_shared", DataLayout(options.layout))
         graphs = [_compile_member(job, staging.path, shared, last=(i == len(jobs) - 1)) for i, job in enumerate(jobs)]
         data_files = {f.name: f for f in shared.close()}
         reporter.detail(f"shared weights: {shared.reused_bytes} bytes stored once instead of again")
         results, ordered = _write_manifests(jobs, graphs, data_files, staging.path, [d.result() for d in digests])
+        if options.verify:  # every model of the batch, before anything is published
+            for job in jobs:
+                _verify_staged(job, staging.path / job.names.model)
         staging.publish(ordered, [job.names for job in jobs], options.force,
                         [p for job in jobs for p in (job.source.path, *job.source.external_files)])
         for job, digest in zip(jobs, digests):
