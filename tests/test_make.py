@@ -46,6 +46,19 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.fixture
+def fixture_copy(tmp_path: Path):
+    """Copy a checked-in fixture into tmp_path/src (tests never touch fixtures/ or its directory)."""
+
+    def copy(name: str) -> Path:
+        target = tmp_path / "src" / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(FIXTURES / name, target)
+        return target
+
+    return copy
+
+
 def _env(root: Path) -> dict[str, str]:
     return {**os.environ, "XDG_CACHE_HOME": str(root / "xdg-cache")}
 
@@ -77,6 +90,12 @@ def state(directory: Path) -> dict[str, tuple[int, int, str]]:
 
 def of_model(snapshot: dict[str, tuple[int, int, str]], stem: str) -> dict[str, tuple[int, int, str]]:
     return {name: v for name, v in snapshot.items() if name.startswith(f"{stem}_ctx") or name == f"{stem}.d"}
+
+
+def rule(target: str, *deps: str) -> str:
+    """A depfile rule as gcc -MD -MP writes it (paths already escaped): the rule, then one empty rule per
+    prerequisite so that a prerequisite which disappears later does not stop make."""
+    return f"{target}: \\\n  " + " \\\n  ".join(deps) + "\n" + "".join(f"\n{d}:\n" for d in deps)
 
 
 def bump_mtime(path: Path) -> None:
@@ -121,7 +140,7 @@ def test_second_make_does_nothing_and_a_touched_input_rebuilds_only_its_model(pr
         assert manifest["model"] == f"{stem}_ctx.onnx"
         assert manifest["input"]["files"][0]["sha256"] == hashlib.sha256((project / "fixtures" / f"{stem}.onnx").read_bytes()).hexdigest()
         # the depfile: output path as make knows it, input path as given on the command line
-        assert (build / f"{stem}.d").read_text() == f"build/{stem}_ctx.onnx: \\\n  ../fixtures/{stem}.onnx\n"
+        assert (build / f"{stem}.d").read_text() == rule(f"build/{stem}_ctx.onnx", f"../fixtures/{stem}.onnx")
     first = state(build)
 
     # second run: make starts nothing, and nothing on disk moves
@@ -164,7 +183,7 @@ def test_depfile_lists_external_data_and_a_weights_only_edit_rebuilds(project: P
     external_data_model(project / "fixtures" / "ext.onnx", "ext.onnx.data")
     models = "MODELS=mlp split ext"
     assert compiled(make_ok(project, "-j2", models)) == {"mlp", "split", "ext"}
-    assert (build / "ext.d").read_text() == "build/ext_ctx.onnx: \\\n  ../fixtures/ext.onnx \\\n  ../fixtures/ext.onnx.data\n"
+    assert (build / "ext.d").read_text() == rule("build/ext_ctx.onnx", "../fixtures/ext.onnx", "../fixtures/ext.onnx.data")
     assert "Nothing to be done" in make_ok(project, "-j2", models)
     before = state(build)
 
@@ -211,7 +230,6 @@ def test_recheck_catches_an_option_change_make_cannot_see(project: Path) -> None
            {n: (ino, sha) for n, (ino, _, sha) in settled.items() if n != "split.d"}
 
 
-@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/pipeline-2.md: depfile lacks gcc -MP phony rules")
 def test_removed_data_file_does_not_break_make(project: Path) -> None:
     """A model re-exported with another data file name: the old name in the depfile must not stop make."""
     fixtures = project / "fixtures"
@@ -223,7 +241,8 @@ def test_removed_data_file_does_not_break_make(project: Path) -> None:
     proc = make(project, "MODELS=ext")
     assert proc.returncode == 0, proc.stderr
     assert compiled(proc.stdout) == {"ext"}
-    assert "weights.bin" in (project / "examples" / "build" / "ext.d").read_text()
+    assert (project / "examples" / "build" / "ext.d").read_text() == rule("build/ext_ctx.onnx", "../fixtures/ext.onnx", "../fixtures/weights.bin")
+    assert "Nothing to be done" in make_ok(project, "MODELS=ext")
 
 
 # ---------------------------------------------------------------- escaping paths for make
@@ -236,14 +255,16 @@ def test_make_escape() -> None:
         make_escape("a\nb")
 
 
-def test_depfile_with_space_dollar_hash_colon_is_read_right_by_make(tmp_path: Path) -> None:
+@pytest.mark.parametrize("spelling", ["absolute", "relative"])  # relative: /tmp/ortcompile-bugs/pipeline-5.md
+def test_depfile_with_space_dollar_hash_colon_is_read_right_by_make(spelling: str, tmp_path: Path) -> None:
     """A real make reads the escaped depfile: it is quiet when nothing changed and rebuilds when the external
     data file (in a directory named with a space, `$`, `#` and `:`, itself named with a space) changes.
     A wrong escape shows up as 'No rule to make target' or as a change make never notices."""
     src_dir = tmp_path / "we ird $dir#1:x"
     src_dir.mkdir()
     model = external_data_model(src_dir / "m.onnx", "m data.bin")
-    rel_model, target = "we ird $dir#1:x/m.onnx", "out put/m_ctx.onnx"  # ($(@D) would split at the space)
+    prefix = f"{tmp_path}/" if spelling == "absolute" else ""
+    rel_model, target = f"{prefix}we ird $dir#1:x/m.onnx", "out put/m_ctx.onnx"  # ($(@D) would split at the space)
     (tmp_path / "Makefile").write_text(
         f"{make_escape(target)}: {make_escape(rel_model)}\n"
         f"\t$(ORTCOMPILE) compile '$<' -o 'out put' --ep cpu --if-changed --depfile deps.d -q\n"
@@ -256,9 +277,9 @@ def test_depfile_with_space_dollar_hash_colon_is_read_right_by_make(tmp_path: Pa
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc.stdout
 
-    assert "compile 'we ird $dir#1:x/m.onnx'" in run_make()
-    assert (tmp_path / "deps.d").read_text() == (
-        "out\\ put/m_ctx.onnx: \\\n  we\\ ird\\ $$dir\\#1\\:x/m.onnx \\\n  we\\ ird\\ $$dir\\#1\\:x/m\\ data.bin\n")
+    assert f"compile '{rel_model}'" in run_make()
+    escaped_dir = prefix.replace(" ", "\\ ") + r"we\ ird\ $$dir\#1\:x"  # (tmp_path has no special characters)
+    assert (tmp_path / "deps.d").read_text() == rule(r"out\ put/m_ctx.onnx", f"{escaped_dir}/m.onnx", f"{escaped_dir}/m\\ data.bin")
     assert "is up to date" in run_make()
     manifest = tmp_path / "out put" / "m_ctx.manifest.json"
     before = manifest.stat().st_ino
@@ -277,5 +298,4 @@ def test_depfile_for_a_batch_has_one_rule_per_model(tmp_path: Path, fixture_copy
     proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", mlp, split, "-o", tmp_path / "out", "--ep", "cpu",
                            "--depfile", tmp_path / "all.d", "-q"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "all.d").read_text() == (f"{tmp_path}/out/mlp_ctx.onnx: \\\n  {mlp}\n"
-                                                f"{tmp_path}/out/split_ctx.onnx: \\\n  {split}\n")
+    assert (tmp_path / "all.d").read_text() == rule(f"{tmp_path}/out/mlp_ctx.onnx", str(mlp)) + rule(f"{tmp_path}/out/split_ctx.onnx", str(split))
