@@ -17,7 +17,10 @@ import glob
 import math
 import mmap
 import os
+import re
 import shutil
+import subprocess
+import sys
 import tempfile
 import weakref
 from pathlib import Path
@@ -26,7 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import FIXTURES, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
+from helpers import FIXTURES, REPO, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import CompileOptions, LayoutPolicy, compile_model, compile_to_buffers, open_session
@@ -414,3 +417,27 @@ def test_weights_outside_main_graph_initializers(tmp_path: Path, kind: str) -> N
     for cond in ([None] if kind == "constant_node" else [True, False]):
         feeds = {"x": x} if cond is None else {"x": x, "c": np.array(cond)}
         assert session.run(None, feeds)[0].tobytes() == reference.run(None, feeds)[0].tobytes()
+
+
+# ---------------------------------------------------------------- docs/python-api.md
+
+def doc_examples(markdown: str) -> list[tuple[str, str | None]]:
+    """(code, expected stdout or None) for every ```python block; expected is the ```output block right after it."""
+    blocks = re.findall(r"```(\w*)\n(.*?)```", markdown, flags=re.S)
+    examples = []
+    for i, (lang, body) in enumerate(blocks):
+        if lang == "python":
+            after = blocks[i + 1] if i + 1 < len(blocks) else ("", "")
+            examples.append((body, after[1] if after[0] == "output" else None))
+    return examples
+
+
+def test_python_api_doc_examples(tmp_path: Path) -> None:
+    """Every example in docs/python-api.md runs, in order, in a fresh process, and prints what the page shows."""
+    examples = doc_examples((REPO / "docs" / "python-api.md").read_text())
+    assert len(examples) >= 7 and all(expected is not None for _, expected in examples)
+    shutil.copytree(FIXTURES, tmp_path / "fixtures")
+    for number, (code, expected) in enumerate(examples, 1):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, f"example {number} failed:\n{code}\n{proc.stderr[-3000:]}"
+        assert proc.stdout == expected, f"example {number} printed:\n{proc.stdout}\nthe page says:\n{expected}"
