@@ -188,12 +188,15 @@ def test_buffer_is_one_anonymous_map_sized_by_the_plan(layout_src) -> None:
     capacity = planned_capacity(read_source(path), policy)
     art = compile_to_buffers(path, ep="cpu")
     buffer = art.buffers["layout_ctx.onnx.data"]
-    # Planned before compiling, allocated once: the buffer is a view of one mmap of exactly the planned size.
+    # Planned before compiling, allocated once: the buffer is a view of one mmap of exactly the planned size...
     assert isinstance(buffer.obj, mmap.mmap)
     assert len(buffer.obj) == max(capacity, PAGE)
     assert capacity >= len(buffer)
-    # The CPU EP keeps every initializer, so the plan is exact: nothing over-reserved either.
-    assert capacity == len(buffer)
+    # ...and the plan is the model's tensors plus at most one alignment gap each (the CPU EP keeps every
+    # tensor): no headroom for growth, no doubling.
+    external = [a for a in arrays.values() if a.nbytes >= 1024]
+    gaps = sum((policy.align if a.nbytes >= policy.align_threshold else a.itemsize) - 1 for a in external)
+    assert sum(a.nbytes for a in external) <= len(buffer) <= capacity <= sum(a.nbytes for a in external) + gaps
     # An anonymous shared mapping (Linux shows it as /dev/zero), starting on a page boundary, so offsets that
     # are multiples of 4096 are also 4096-aligned addresses.
     address = buffer_address(buffer)
@@ -205,13 +208,12 @@ def test_buffer_is_one_anonymous_map_sized_by_the_plan(layout_src) -> None:
 
 def test_plan_upper_bound_costs_no_memory_when_the_ep_takes_weights() -> None:
     """QNN keeps only W_mod (1 KiB) of split's 4 initializers CPU-side: the map is planned for all of them
-    (787,456 bytes), the buffer is 1 KiB, and only the touched page is resident."""
+    (~787 KB), the buffer is 1 KiB, and only the touched page is resident."""
     art = compile_to_buffers(FIXTURES / "split.onnx", ep="qnn", blob_fallback="tempdir")
     assert {k: len(v) for k, v in art.buffers.items()} == {"split_ctx.onnx.data": 1024}
     buffer = art.buffers["split_ctx.onnx.data"]
     capacity = planned_capacity(read_source(FIXTURES / "split.onnx"), LayoutPolicy())
-    assert capacity == 3 * 256 * 256 * 4 + 1024
-    assert len(buffer.obj) == capacity > len(buffer)
+    assert len(buffer.obj) == capacity >= 3 * 256 * 256 * 4 + 1024 > len(buffer)
     region = mapping_of(buffer_address(buffer))
     assert region is not None
     assert int(region["rss_kib"]) * 1024 <= PAGE, region  # 1 of 193 pages touched
@@ -404,9 +406,12 @@ def _subgraph_model(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-@pytest.mark.xfail(strict=True, reason="buffers-1: planned_capacity counts only main-graph initializers; ORT also "
-                                       "externalizes Constant-node values and subgraph initializers -> 'outgrew its planned 4096 bytes'")
-@pytest.mark.parametrize("kind", ["constant_node", "subgraph_initializers"])
+@pytest.mark.parametrize("kind", [
+    "constant_node",
+    pytest.param("subgraph_initializers", marks=pytest.mark.xfail(strict=True, reason=(
+        "buffers-1 (part 2): subgraph initializers compile into the buffer, but open_session fails: ORT does not "
+        "look up in-memory external data for them (INVALID_GRAPH ... 'should be stored in ifm_ctx.onnx.data, but it is not regular file')"))),
+])
 def test_weights_outside_main_graph_initializers(tmp_path: Path, kind: str) -> None:
     path = tmp_path / f"{kind}.onnx"
     (_constant_node_model if kind == "constant_node" else _subgraph_model)(path)
