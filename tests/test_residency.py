@@ -112,10 +112,10 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-def warm_up(ep: str) -> None:
+def warm_up(ep: str, **pool_options: Any) -> None:
     """The first session on an EP in a process pays the EP's start-up; pay it before any baseline."""
     model = FIXTURES / "mlp.onnx"
-    pool = SessionPool(1 << 62, ep)
+    pool = SessionPool(1 << 62, ep, **pool_options)
     pool.add("warm-up", model)
     pool.run("warm-up", {"x": np.zeros((1, 256), np.float32)})
     pool.close()
