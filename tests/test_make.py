@@ -299,3 +299,76 @@ def test_depfile_for_a_batch_has_one_rule_per_model(tmp_path: Path, fixture_copy
                            "--depfile", tmp_path / "all.d", "-q"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "all.d").read_text() == rule(f"{tmp_path}/out/mlp_ctx.onnx", str(mlp)) + rule(f"{tmp_path}/out/split_ctx.onnx", str(split))
+
+
+# ---------------------------------------------------------------- examples/ci.sh
+
+CI_SCRIPT = REPO / "examples" / "ci.sh"
+
+
+def run_ci(tmp_path: Path, model: str, artifacts: str, **env: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["bash", str(CI_SCRIPT), model, artifacts], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**_env(tmp_path), "ORTCOMPILE": ORTCOMPILE, **env})
+    print(proc.stderr)
+    return proc
+
+
+def test_ci_script_compiles_verifies_inspects_and_archives_reproducibly(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    proc = run_ci(tmp_path, "split.onnx", "art")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[-1] == "ci: ok: art/split_ctx.tar.gz"
+    art = tmp_path / "art"
+
+    compile_report = json.loads((art / "reports" / "compile.json").read_text())["outputs"][0]
+    assert compile_report["model"] == "art/model/split_ctx.onnx" and compile_report["epcontext_nodes"] == 3
+    assert "verify" in compile_report["timings"]  # compiled with --verify
+    inspect_report = json.loads((art / "reports" / "inspect.json").read_text())
+    assert inspect_report["problems"] == [] and inspect_report["manifest"]["ok"] is True
+    assert inspect_report["manifest"]["hashed"] is True  # --check
+    verify_report = json.loads((art / "reports" / "verify.json").read_text())
+    assert verify_report["ok"] is True and [r["seed"] for r in verify_report["runs"]] == [0, 1, 2]
+
+    manifest = json.loads((art / "model" / "split_ctx.manifest.json").read_text())
+    expected = sorted(["split_ctx.manifest.json", *(f["name"] for f in manifest["files"])])
+    assert sorted(os.listdir(art / "model")) == expected
+    import tarfile
+
+    with tarfile.open(art / "split_ctx.tar.gz") as archive:
+        members = {m.name: m for m in archive.getmembers() if m.isfile()}
+        assert sorted(members) == [f"model/{n}" for n in expected]
+        for name, member in members.items():
+            assert archive.extractfile(member).read() == (art / name).read_bytes()
+            assert (member.mtime, member.uid, member.gid) == (0, 0, 0)
+    check = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=art, capture_output=True, text=True)
+    assert check.returncode == 0 and check.stdout.count(": OK") == 4, check.stdout
+
+    # the same job again, elsewhere and later: the archive is byte-identical
+    time.sleep(1.1)
+    again = run_ci(tmp_path, str(tmp_path / "split.onnx"), str(tmp_path / "second run"))
+    assert again.returncode == 0, again.stderr
+    assert (tmp_path / "second run" / "split_ctx.tar.gz").read_bytes() == (art / "split_ctx.tar.gz").read_bytes()
+
+
+def test_ci_script_stops_with_exit_5_and_publishes_nothing_on_a_mismatch(tmp_path: Path) -> None:
+    """Tolerance 0: QNN differs from the CPU EP by ~2.6e-7, so compile --verify must refuse to publish."""
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    proc = run_ci(tmp_path, "split.onnx", "art", EP="qnn", RTOL="0", ATOL="0")
+    assert proc.returncode == 5
+    lines = proc.stderr.splitlines()
+    assert lines[-1] == "ci: compile failed (exit 5); see the error above"
+    assert lines[-2].startswith("ortcompile: error: not published: output 'y' differs from the source")
+    art = tmp_path / "art"
+    assert not (art / "model" / "split_ctx.onnx").exists() and not (art / "split_ctx.tar.gz").exists()
+    assert os.listdir(art / "reports") == []
+
+
+def test_ci_script_passes_fix_dims_and_stops_with_exit_1_without_them(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "dynamic.onnx", tmp_path / "dynamic.onnx")
+    failed = run_ci(tmp_path, "dynamic.onnx", "art")
+    assert failed.returncode == 1 and "try --fix-dim batch=1" in failed.stderr
+    assert failed.stderr.splitlines()[-1] == "ci: compile failed (exit 1); see the error above"
+    fixed = run_ci(tmp_path, "dynamic.onnx", "art", FIX_DIMS="batch=1")
+    assert fixed.returncode == 0, fixed.stderr
+    verify_report = json.loads((tmp_path / "art" / "reports" / "verify.json").read_text())
+    assert verify_report["ok"] is True and verify_report["dims"] == {"batch": 1}
