@@ -27,6 +27,7 @@ set -euo pipefail
 
 MODEL=${1:?usage: ci.sh MODEL.onnx [ARTIFACT_DIR]}
 ARTIFACTS=${2:-artifacts}
+ARTIFACTS=${ARTIFACTS%/}  # "out/" and "out" alike
 ORTCOMPILE=${ORTCOMPILE:-ortcompile}
 EP=${EP:-auto}
 RUNS=${RUNS:-3}
