@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compiler import compile_model
-from ortcompile.errors import CompilationFailed, Interrupted
+from ortcompile.errors import CompilationFailed, Interrupted, OrtCompileError
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.progress import Reporter
 
@@ -49,6 +49,8 @@ def _compile_in_child(model: Path, output_dir: Path, options: CompileOptions, ma
         raise CompilationFailed(f"{model}: the compiling process died ({reason}) before reporting a result")
     kind, payload = outcome
     if kind == "error":
+        if isinstance(payload, OrtCompileError) and str(model) not in payload.message:
+            payload.message = f"{model}: {payload.message}"  # in a batch, say which model failed
         raise payload
     return payload
 

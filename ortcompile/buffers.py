@@ -110,6 +110,15 @@ def planned_capacity(source: SourceModel, policy: LayoutPolicy) -> int:
     return total
 
 
+def _main_graph_tensor_names(model_path: Path) -> set[str]:
+    """Initializers and Constant outputs of the main graph: ORT (1.31) serves only these from in-memory
+    buffers; a subgraph initializer with external data would be looked up on disk, so it stays inline."""
+    import onnx
+
+    graph = onnx.load_model(str(model_path), load_external_data=False).graph
+    return {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+
+
 def _all_tensor_sizes(model_path: Path) -> list[tuple[int, int]]:
     """(bytes, element size) of every tensor in the model: initializers and Constant values, in every graph."""
     import onnx
@@ -178,9 +187,11 @@ def compile_to_buffers(
     sinks: list[MemorySink] = []  # a fresh sink per attempt (ORT may refuse the blob callback and we retry)
     fallback_used = False
 
+    main_graph = _main_graph_tensor_names(source.path)
+
     def new_data_pass() -> DataPass:
         sinks.append(MemorySink(capacity))
-        return DataPass(sinks[-1], names.model, DataLayout(policy))
+        return DataPass(sinks[-1], names.model, DataLayout(policy), keep_inline=lambda name: name not in main_graph)
 
     def refuse_or_fall_back(message: str) -> None:
         nonlocal fallback_used

@@ -311,11 +311,7 @@ def bench_command(models: tuple[str, ...], memory_budget: int | None, cycles: in
     from ortcompile.render import bench_text
     from ortcompile.shapes import parse_fix_dims
 
-    set_ort_log_level(verbose)
-    if ort_log_level is not None:
-        import onnxruntime as ort
-
-        ort.set_default_logger_severity(ort_log_level)
+    set_ort_log_level(verbose, ort_log_level)
     if references and len(references) != len(models):
         raise UsageError(f"--reference given {len(references)} times for {len(models)} models: give one per model, in order")
     report = run_pipeline([Path(m) for m in models], memory_budget, cycles, ep, parse_ep_options(ep_options), graph_capture,

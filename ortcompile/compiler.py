@@ -124,6 +124,8 @@ class _Job:
     def run(self, staging: Staging, input_digest: Future[InputDigest]) -> CompileResult:
         try:
             built = _build(self, staging.path)
+        except OSError as exc:  # a staged write failed (the input was read and checked before): disk full, quota...
+            raise output_error(exc, f"outputs in {self.output_dir}") from exc
         finally:
             self.reporter.close()
         clock = time.perf_counter()

@@ -101,8 +101,10 @@ class FileSink:
 class DataPass:
     """Receives ORT's per-initializer callbacks and lays the bytes out as the layout says."""
 
-    def __init__(self, sink: FileSink | Any, model_file_name: str, layout: DataLayout, progress: Progress | None = None):
+    def __init__(self, sink: FileSink | Any, model_file_name: str, layout: DataLayout, progress: Progress | None = None,
+                 keep_inline: Callable[[str], bool] | None = None):
         self.sink = sink
+        self.keep_inline = keep_inline or (lambda name: False)
         self.model_file_name = model_file_name
         self.layout = layout
         self.inline_count = 0
@@ -117,7 +119,7 @@ class DataPass:
         import onnxruntime as ort
 
         nbytes = value.tensor_size_in_bytes()
-        if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes):
+        if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes) or self.keep_inline(name):
             self.inline_count += 1
             return None
         element_size = max(1, nbytes // max(1, _element_count(value.shape())))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ortcompile.errors import EpUnavailable, UsageError, first_line
-from ortcompile.native import native_stdout_to_stderr
+from ortcompile.native import apply_ort_log_level, native_stdout_to_stderr
 
 if TYPE_CHECKING:
     import onnxruntime as ort
@@ -113,7 +113,7 @@ def _register_plugin(info: EpInfo) -> Any:
     registered = {d.ep_name for d in ort.get_ep_devices()}
     if info.ep_name not in registered:
         try:
-            with native_stdout_to_stderr():
+            with native_stdout_to_stderr(quiet_stderr=True):
                 ort.register_execution_provider_library(info.ep_name, module.get_library_path())
         except Exception as exc:  # ORT raises its own Fail/RuntimeError types
             raise EpUnavailable(f"{info.short_name}: could not load {info.pip_name}: {first_line(exc)}") from exc
@@ -129,6 +129,7 @@ def _version_of(info: EpInfo) -> str:
 
 def resolve(name: str = "auto", options: dict[str, str] | None = None) -> ResolvedEp:
     """Find, register and pick devices for an EP; raise EpUnavailable with what to install."""
+    apply_ort_log_level()  # the first use of onnxruntime in every command that needs it
     if name.strip().lower() == "auto":
         return _resolve_auto(options or {})
     return _resolve_one(lookup(name), options or {})
@@ -187,6 +188,7 @@ def list_eps() -> list[EpListing]:
     """Every known EP: installed or not, the devices it claims here, whether it produces EPContext."""
     import onnxruntime as ort
 
+    apply_ort_log_level()
     listings = []
     for info in KNOWN_EPS.values():
         note = ""

@@ -8,13 +8,16 @@ import sys
 from collections.abc import Iterator
 
 _show_native_output = False  # set by set_ort_log_level: -v shows what native code prints
+_explicit_severity: int | None = None  # bench --ort-log-level
 
 
 @contextlib.contextmanager
-def native_stdout_to_stderr() -> Iterator[None]:
+def native_stdout_to_stderr(quiet_stderr: bool = False) -> Iterator[None]:
     """Point file descriptor 1 at stderr (or /dev/null unless -v) while native code runs.
 
     The QNN SDK prints banner lines with printf(); left alone they would corrupt `--json` output.
+    With `quiet_stderr`, fd 2 goes to /dev/null too unless -v (Dawn prints device warnings there); only
+    for short native calls during which ortcompile itself prints nothing (session creation, registration).
     """
     try:
         stdout_fd = sys.stdout.fileno()
@@ -23,28 +26,46 @@ def native_stdout_to_stderr() -> Iterator[None]:
         yield
         return
     sys.stdout.flush()
-    saved = os.dup(stdout_fd)
-    sink = stderr_fd if _show_native_output else os.open(os.devnull, os.O_WRONLY)
+    sys.stderr.flush()
+    saved_out = os.dup(stdout_fd)
+    saved_err = os.dup(stderr_fd) if quiet_stderr and not _show_native_output else None
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(sink, stdout_fd)
+        os.dup2(stderr_fd if _show_native_output else devnull, stdout_fd)
+        if saved_err is not None:
+            os.dup2(devnull, stderr_fd)
         yield
     finally:
         sys.stdout.flush()
-        os.dup2(saved, stdout_fd)
-        os.close(saved)
-        if sink != stderr_fd:
-            os.close(sink)
+        os.dup2(saved_out, stdout_fd)
+        os.close(saved_out)
+        if saved_err is not None:
+            os.dup2(saved_err, stderr_fd)
+            os.close(saved_err)
+        os.close(devnull)
 
 
-def set_ort_log_level(verbose: bool) -> None:
-    """ORT log lines are noise unless -v was given: failures reach the user as exceptions anyway."""
+def set_ort_log_level(verbose: bool, severity: int | None = None) -> None:
+    """ORT log lines are noise unless -v was given: failures reach the user as exceptions anyway.
+
+    Applied now if onnxruntime is loaded, else when it first is (apply_ort_log_level): an up-to-date
+    `--if-changed` check must not pay for importing it.
+    """
+    global _show_native_output, _explicit_severity
+    _show_native_output = verbose or (severity is not None and severity < 3)
+    _explicit_severity = severity
+    if "onnxruntime" in sys.modules:
+        apply_ort_log_level()
+
+
+def apply_ort_log_level() -> None:
     import onnxruntime as ort
 
-    global _show_native_output
-    _show_native_output = verbose
-    ort.set_default_logger_severity(2 if verbose else 4)
+    ort.set_default_logger_severity(session_log_level())
 
 
 def session_log_level() -> int:
     """Per-session ORT log severity: warnings with -v, otherwise only fatal (errors reach us as exceptions)."""
+    if _explicit_severity is not None:
+        return _explicit_severity
     return 2 if _show_native_output else 4

@@ -116,7 +116,7 @@ class SessionPool:
         plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},
                                self.ep.version)
         plain.configure(options)
-        with native_stdout_to_stderr():
+        with native_stdout_to_stderr(quiet_stderr=True):
             session = ort.InferenceSession(tiny_static_model().SerializeToString(), options)
         require_provider(session, self.ep)
         session.run(None, {"x": np.ones((1, 8), np.float32)})
@@ -147,6 +147,8 @@ class SessionPool:
         entry = self._acquire(name)
         if callable(feeds):
             feeds = feeds(entry.session)
+        if entry.runs == 0:
+            _release_free_heap()
         start_rss = rss_bytes()
         outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(entry, feeds)
         if entry.runs == 0:  # the first run allocates the arena (and captures): part of the footprint
@@ -193,9 +195,10 @@ class SessionPool:
         self.ep.configure(options)
         for dim, value in self.dims.items():
             options.add_free_dimension_override_by_name(dim, value)
+        _release_free_heap()  # freed-but-kept heap would be reused by the session and hide its footprint
         start_rss, start = rss_bytes(), time.perf_counter()
         try:
-            with native_stdout_to_stderr():
+            with native_stdout_to_stderr(quiet_stderr=True):
                 session = ort.InferenceSession(str(self.models[name]), options)
         except Exception as exc:
             raise CompilationFailed(f"{name}: cannot load on {self.ep.name}: {first_line(exc)}", detail=str(exc)) from exc

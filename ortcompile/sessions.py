@@ -30,7 +30,7 @@ def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int])
         options.add_free_dimension_override_by_name(name, value)
     start = time.perf_counter()
     try:
-        with native_stdout_to_stderr():
+        with native_stdout_to_stderr(quiet_stderr=True):
             session = ort.InferenceSession(str(model), options)
     except Exception as exc:
         text = str(exc)

@@ -10,6 +10,8 @@ from __future__ import annotations
 from ortcompile.errors import UsageError
 from ortcompile.source import InputInfo, SourceModel
 
+INT64_MAX = 2**63 - 1  # ONNX Runtime takes dimensions as int64
+
 
 def parse_fix_dims(pairs: list[str] | tuple[str, ...]) -> dict[str, int]:
     """NAME=VALUE pairs, e.g. batch=1."""
@@ -40,6 +42,8 @@ def _positive(text: str, what: str) -> int:
         raise UsageError(f"bad {what}: {text.strip()!r} is not a whole number") from None
     if value <= 0:
         raise UsageError(f"bad {what}: dimensions must be positive")
+    if value > INT64_MAX:
+        raise UsageError(f"bad {what}: {value} is too large (at most 2**63-1)")
     return value
 
 

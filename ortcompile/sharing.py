@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,9 +64,11 @@ class SharedDataPass(DataPass):
         return DataPass.finish(self)
 
 
-def compile_shared(sources: list[Path], output_dir: Path, options: CompileOptions, reporter: Reporter | None = None) -> list[CompileResult]:
+def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions,
+                   reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile `sources` as one weight-sharing batch into `output_dir`, atomically."""
     reporter = reporter or SilentReporter()
+    output_dir = Path(output_dir)
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
     options = dataclasses.replace(options, embed="never", share_weights=True)  # a shared blob belongs to several models

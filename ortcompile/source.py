@@ -107,39 +107,45 @@ def read_source(path: Path) -> SourceModel:
     return SourceModel(path, initializers, inputs, external_files, size, op_counts)
 
 
-def _tensor_info(tensor: object, model_path: Path) -> TensorInfo:
+def _tensor_info(tensor: Any, model_path: Path) -> TensorInfo:
     import onnx
 
-    dtype = onnx.TensorProto.DataType.Name(tensor.data_type)  # type: ignore[attr-defined]
-    shape = tuple(int(d) for d in tensor.dims)  # type: ignore[attr-defined]
-    expected = _expected_nbytes(tensor.data_type, shape)  # type: ignore[attr-defined]
+    try:
+        dtype = onnx.TensorProto.DataType.Name(tensor.data_type)
+    except ValueError:
+        raise InvalidModel(f"{model_path}: initializer {tensor.name!r} has an unknown data type {tensor.data_type}") from None
+    shape = tuple(int(d) for d in tensor.dims)
+    if any(d < 0 for d in shape):
+        raise InvalidModel(f"{model_path}: initializer {tensor.name!r} has a negative dimension in its shape {list(shape)}")
+    expected = _expected_nbytes(tensor.data_type, shape)
     external = None
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:  # type: ignore[attr-defined]
-        external = _external_ref(tensor, model_path)
-        if external.length < 0 and expected is not None:  # `length` is optional: the tensor's own size
-            external = ExternalRef(external.location, external.offset, expected)
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        external = _external_ref(tensor, model_path, expected)
         if expected is not None and external.length != expected:
             raise InvalidModel(
-                f"{model_path}: initializer {tensor.name!r} has external length {external.length} "  # type: ignore[attr-defined]
+                f"{model_path}: initializer {tensor.name!r} has external length {external.length} "
                 f"but its shape {list(shape)} of {dtype} needs {expected} bytes"
             )
     nbytes = external.length if external else _inline_nbytes(tensor, expected)
-    return TensorInfo(tensor.name, dtype, shape, nbytes, external)  # type: ignore[attr-defined]
+    return TensorInfo(tensor.name, dtype, shape, nbytes, external)
 
 
-def _external_ref(tensor: object, model_path: Path) -> ExternalRef:
-    fields = {e.key: e.value for e in tensor.external_data}  # type: ignore[attr-defined]
-    name = tensor.name  # type: ignore[attr-defined]
+def _external_ref(tensor: Any, model_path: Path, expected: int | None) -> ExternalRef:
+    """`length` is optional in ONNX: without it the tensor's own size is meant."""
+    fields = {e.key: e.value for e in tensor.external_data}
+    name = tensor.name
     location = fields.get("location", "")
     if not location:
         raise InvalidModel(f"{model_path}: initializer {name!r} is external but has no location")
     try:
-        offset = int(fields.get("offset", "0"))
-        length = int(fields["length"]) if "length" in fields else -1
-    except ValueError as exc:
-        raise InvalidModel(f"{model_path}: initializer {name!r} has a non-numeric external offset or length") from exc
+        offset = int(fields.get("offset", "0") or "0")
+        length = int(fields["length"]) if fields.get("length") else expected
+    except ValueError:
+        raise InvalidModel(f"{model_path}: initializer {name!r} has a non-numeric external offset or length") from None
     if offset < 0:
-        raise InvalidModel(f"{model_path}: initializer {name!r} has a negative external offset")
+        raise InvalidModel(f"{model_path}: initializer {name!r} has a negative external offset {offset}")
+    if length is None or length < 0:
+        raise InvalidModel(f"{model_path}: initializer {name!r} has a negative or missing external length")
     return ExternalRef(location, offset, length)
 
 
@@ -154,7 +160,10 @@ def _resolve_location(model_path: Path, owner: str, location: str, what: str = "
         raise InvalidModel(f"{model_path}: {owner} has an {what} with '..': {location!r}")
     if "\0" in location:
         raise InvalidModel(f"{model_path}: {owner} has an {what} with a NUL byte")
-    resolved = (base / location).resolve()
+    try:
+        resolved = (base / location).resolve()
+    except (OSError, RuntimeError) as exc:  # symlink loops, names too long
+        raise InvalidModel(f"{model_path}: {owner} {what} {location[:100]!r} cannot be resolved ({type(exc).__name__}: {exc})") from None
     if not resolved.is_relative_to(base):
         raise InvalidModel(f"{model_path}: {owner} {what} {location!r} resolves outside the model's directory")
     return resolved
@@ -180,10 +189,13 @@ def _check_external_extents(model_path: Path, initializers: tuple[TensorInfo, ..
             continue
         data_path = _resolve_location(model_path, tensor.name, tensor.external.location)
         if data_path not in sizes:
-            if not data_path.is_file():
-                raise InvalidModel(f"{model_path}: external data file {tensor.external.location!r} (for {tensor.name!r}) is missing")
-            sizes[data_path] = data_path.stat().st_size
-        end = tensor.external.offset + max(tensor.external.length, 0)
+            try:
+                if not data_path.is_file():
+                    raise InvalidModel(f"{model_path}: external data file {tensor.external.location!r} (for {tensor.name!r}) is missing")
+                sizes[data_path] = data_path.stat().st_size
+            except OSError as exc:
+                raise InvalidModel(f"{model_path}: external data file {tensor.external.location[:100]!r} cannot be read ({exc.strerror})") from None
+        end = tensor.external.offset + tensor.external.length
         if end > sizes[data_path]:
             raise InvalidModel(
                 f"{model_path}: initializer {tensor.name!r} needs bytes up to {end} of "
@@ -197,6 +209,10 @@ def _expected_nbytes(data_type: int, shape: tuple[int, ...]) -> int | None:
     name = onnx.TensorProto.DataType.Name(data_type)
     if name in ("STRING", "UNDEFINED"):
         return None
+    try:
+        onnx.helper.tensor_dtype_to_np_dtype(data_type)
+    except (KeyError, ValueError):
+        return None  # a type numpy cannot describe: its size is not checked here
     count = math.prod(shape)
     if name in _PACKED_4BIT:
         return (count + 1) // 2
