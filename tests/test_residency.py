@@ -43,12 +43,15 @@ MiB = 1 << 20
 # stale buffer is off by O(1).
 ATOL = RTOL = 1e-4
 
-# RSS margins for "peak RSS - baseline <= budget + largest footprint + margin", measured with a warm EP:
-# - CPU EP: after evicting every session RSS returns to within 0.1 MiB of the baseline, and at every step
-#   RSS - baseline - resident footprints <= 0.2 MiB. 8 MiB leaves room for allocator noise.
-# - QNN EP: the HTP simulator keeps ~21 MiB it never returns after the first few loads (RSS after close() is
-#   21.4 MiB above the warm baseline; worst "RSS - baseline - resident footprints" seen: 22.4 MiB). 32 MiB.
-MARGIN = {"cpu": 8 * MiB, "qnn": 32 * MiB}
+# Memory the process holds that no resident session owns ("retained": RSS - baseline - resident footprints),
+# measured with a warm EP; the margin in "RSS - baseline <= resident footprints + margin" (and so
+# <= budget + largest footprint + margin):
+# - CPU EP: <= 0.2 MiB at every step; after close() RSS is back within 0.1 MiB of the baseline. Margin 8 MiB.
+# - QNN EP: the HTP simulator keeps memory after its sessions are gone, up to a plateau that depends on the
+#   models and does not grow with more cycles (10 cycles measured): 24 MiB for the five MLPs here, 67 MiB for
+#   split_ctx + mlp_ctx + a 12 MiB embedded MLP (test_bench_cli). Margin 96 MiB; the leak test below checks
+#   that it is a plateau, not a per-reload leak.
+MARGIN = {"cpu": 8 * MiB, "qnn": 96 * MiB}
 
 
 # ---------------------------------------------------------------- models
@@ -141,6 +144,7 @@ class PoolAudit:
         self.baseline = rss_bytes()
         self.peak = self.baseline
         self.largest = 0  # the largest footprint measured so far
+        self.retained = 0  # the most RSS seen above the baseline that no resident session accounts for
         self.loaded: set[str] = set()
         self.log: list[tuple[str, str]] = []  # (kind, model) of every event, as checked
 
@@ -179,15 +183,17 @@ class PoolAudit:
         self.largest = max(self.largest, *footprints)
         assert pool.resident_bytes == sum(footprints)
         assert pool.resident_bytes <= pool.budget + max(footprints), (pool.resident_bytes, pool.budget, footprints)
-        # ... and so does the process (RSS), up to the measured margin.
+        # ... and so does the process (RSS): what the resident sessions hold, plus at most the retained margin.
         rss = rss_bytes()
         self.peak = max(self.peak, rss)
+        self.retained = max(self.retained, rss - self.baseline - pool.resident_bytes)
+        assert rss - self.baseline <= pool.resident_bytes + self.margin, self.memory()
         assert rss - self.baseline <= pool.budget + self.largest + self.margin, self.memory()
         return outputs
 
     def memory(self) -> str:
         return (f"peak - baseline {(self.peak - self.baseline) / MiB:.1f} MiB, budget {self.pool.budget / MiB:.1f} MiB, "
-                f"largest footprint {self.largest / MiB:.1f} MiB, margin {self.margin / MiB:.0f} MiB")
+                f"largest footprint {self.largest / MiB:.1f} MiB, retained {self.retained / MiB:.1f} MiB, margin {self.margin / MiB:.0f} MiB")
 
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.log]
@@ -337,6 +343,25 @@ def test_reload_gives_the_same_outputs(ep: str, compiled: dict[str, Path]) -> No
     pool.close()
 
 
+@pytest.mark.parametrize("ep", ["cpu", "qnn"])
+def test_evictions_free_memory_over_many_cycles(ep: str, compiled: dict[str, Path]) -> None:
+    """Budget 1 MiB, 8 cycles of a, d: every step evicts and reloads. RSS at the end of each cycle (same model
+    resident) must not grow from cycle 3 on: a pool that kept evicted sessions alive would grow by a footprint
+    (24-48 MiB for d) per cycle; the QNN retained memory is a plateau reached in the first cycles."""
+    steps = plan("ad" * 8)
+    pool = pool_for(compiled, ep, 1 * MiB, "ad")
+    audit = PoolAudit(pool, MARGIN[ep])
+    ends = []
+    for index, step in enumerate(steps):
+        assert_correct(step, audit.run(step.name, step.feeds))
+        if step.name == "d":
+            ends.append(rss_bytes() - audit.baseline)
+    assert audit.kinds().count("reload") == 14
+    assert max(ends[2:]) - min(ends[2:]) <= 8 * MiB, [round(e / MiB, 1) for e in ends]
+    print(f"{ep}: RSS - baseline at each cycle's end (MiB): {[round(e / MiB, 1) for e in ends]}; {audit.memory()}")
+    pool.close()
+
+
 # ---------------------------------------------------------------- footprints
 
 def manifest_bytes(model: Path) -> int:
@@ -349,11 +374,13 @@ def test_footprint_is_rss_growth_of_load_and_first_run(ep: str, compiled: dict[s
     """The documented method, checked against an independent RSS reading around the same step.
 
     - before the first load the estimate is the model's files (graph + data + EP blobs, as the manifest lists);
-    - after it, the footprint is the load event's RSS growth plus the first run's growth, and matches RSS
-      read by the test around the whole step (same method, independent bookkeeping) to within 1 MiB;
+    - after it, the footprint is the load event's RSS growth plus the first run's growth (each counted when
+      positive). It is never less than the net growth the test reads around the whole step, and can be more:
+      a transient peak while loading counts even when the first run gives memory back (seen: 6.0 MiB booked
+      for model a on the CPU EP where 4.0 MiB stayed; 24.7 vs 12.6 MiB on QNN). Conservative, by design;
     - later runs do not change it; an eviction reports it;
-    - on the CPU EP it is the weight bytes (+-1 % + 0.5 MiB) and eviction gives it back to the OS;
-      on QNN it is at least the context's size (the blob must be in memory).
+    - on the CPU EP what stays resident is the weight bytes (+ up to 3 MiB) and eviction gives at least
+      that back to the OS; on QNN the footprint is at least the context's size (the blob must be in memory).
     """
     steps = {step.name: step for step in plan("ad")}
     warm_up(ep)
@@ -370,7 +397,7 @@ def test_footprint_is_rss_growth_of_load_and_first_run(ep: str, compiled: dict[s
         load = pool.events[0]
         assert load.kind == "load" and 0 < load.bytes <= pool.footprints[name]
         footprint = pool.footprints[name]
-        assert abs(footprint - grown) <= 1 * MiB, (footprint, grown)
+        assert footprint >= grown - MiB // 2, (footprint, grown)
         assert pool.resident[name].footprint == footprint
 
         for seed in (1, 2):
@@ -379,7 +406,9 @@ def test_footprint_is_rss_growth_of_load_and_first_run(ep: str, compiled: dict[s
 
         weights = MODELS[name].weight_bytes
         if ep == "cpu":
-            assert abs(footprint - weights) <= 0.01 * weights + MiB // 2, (footprint, weights)
+            # what stays is the weights, plus at most 3 MiB of allocator growth (seen: 0.1-2.1 MiB)
+            assert weights * 0.99 <= grown <= weights + 3 * MiB, (grown, weights)
+            assert footprint <= 2 * weights + MiB, (footprint, weights)
         else:
             assert footprint >= 0.9 * manifest_bytes(model) - MiB, (footprint, manifest_bytes(model))
 
@@ -388,15 +417,15 @@ def test_footprint_is_rss_growth_of_load_and_first_run(ep: str, compiled: dict[s
         assert pool.events[-1].kind == "evict" and pool.events[-1].bytes == footprint
         freed = at_evict - rss_bytes()
         if ep == "cpu":
-            assert freed >= 0.9 * footprint, (freed, footprint)
+            assert freed >= 0.9 * grown, (freed, grown)
         print(f"{ep} {name}: files {manifest_bytes(model) / MiB:.1f} MiB, weights {weights / MiB:.1f} MiB, load {load.bytes / MiB:.1f} MiB, "
-              f"footprint {footprint / MiB:.1f} MiB, freed at eviction {freed / MiB:.1f} MiB, load {load.seconds:.3f} s")
+              f"footprint {footprint / MiB:.1f} MiB, net growth {grown / MiB:.1f} MiB, freed at eviction {freed / MiB:.1f} MiB, load {load.seconds:.3f} s")
 
 
-@pytest.mark.xfail(strict=True, reason="residency-7: a load that reuses freed heap pages is booked at ~0 bytes (/tmp/ortcompile-bugs/residency-7.md)")
 def test_footprint_is_not_hidden_by_freed_heap(compiled: dict[str, Path]) -> None:
     """An application that freed memory before a load (glibc keeps blocks below its mmap threshold on the heap)
-    must not make the model look free: measured, model b was booked at 0.1 MiB for 11.9 MiB of weights."""
+    must not make the model look free. Before the fix (residency-7: trim the heap before measuring) model b
+    was booked at 0.1 MiB for 11.9 MiB of weights."""
     warm_up("cpu")
     trim_heap()
     big = np.ones(30 * MiB // 8)
@@ -458,3 +487,21 @@ def test_usage_errors(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="unknown execution provider"):
         SessionPool(1 << 62, "no-such-ep")
     assert os.path.exists(FIXTURES / "mlp.onnx")
+
+
+@pytest.mark.xfail(strict=True, reason="residency-9: eps.resolve resets ORT's global log severity to 4 (/tmp/ortcompile-bugs/residency-9.md)")
+def test_library_leaves_the_callers_ort_log_level_alone(tmp_path: Path) -> None:
+    """A library user who asked onnxruntime for its verbose log keeps it after creating a SessionPool."""
+    import subprocess
+    import sys
+
+    script = (
+        "import onnxruntime as ort\n"
+        "ort.set_default_logger_severity(0)\n"
+        "from ortcompile.residency import SessionPool\n"
+        "SessionPool(1 << 62, 'cpu')\n"
+        f"ort.InferenceSession({str(FIXTURES / 'mlp.onnx')!r}, providers=['CPUExecutionProvider'])\n"
+    )
+    child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert child.returncode == 0, child.stderr
+    assert "VerifyEachNodeIsAssignedToAnEp" in child.stderr  # a verbose (level 0) line of the caller's own session
