@@ -170,6 +170,20 @@ class PoolAudit:
             if pool.graph_capture:
                 expected.append(("capture", name))  # a new session captures on its first run
             resident = [n for n, _ in kept] + [name]
+        if name not in dict(before):
+            # The first run measured the real footprint. If resident + that exceeds the budget, a pool may evict
+            # least-recently-used OTHER sessions until it fits (residency-10, not done yet): accept exactly that or nothing.
+            measured = dict(kept) | {name: pool.footprints[name]}
+            post: list[tuple[str, int]] = []
+            while len(resident) > 1 and sum(measured[n] for n in resident) > pool.budget:
+                post.append((resident[0], measured[resident[0]]))
+                resident = resident[1:]
+            got_post = [(e.kind, e.model) for e in events[len(expected):]]
+            if got_post:
+                assert got_post == [("evict", n) for n, _ in post], (name, got_post, post)
+                expected += got_post
+            else:
+                resident = [n for n, _ in kept] + [name]
         got = [(e.kind, e.model) for e in events]
         assert got == expected, f"{name}: resident before {before}, estimate {estimate}, budget {pool.budget}: events {got}, expected {expected}"
         assert list(pool.resident) == resident
@@ -453,6 +467,17 @@ def test_estimate_from_files_is_replaced_by_the_measurement_after_a_load(compile
 
 # ---------------------------------------------------------------- other behaviour
 
+@pytest.mark.parametrize("ep", ["cpu", "qnn"])
+def test_warm_up_starts_the_ep_without_touching_the_pool(ep: str) -> None:
+    """warm_up() runs a one-node session on the EP and drops it: no model, no event, nothing resident.
+    (What it returns, the EP's start-up RSS, is only meaningful in a fresh process: bench reports it, and
+    test_bench_cli / test_webgpu check it is ~90 MiB for QNN and WebGPU.)"""
+    pool = SessionPool(1 << 62, ep)
+    startup = pool.warm_up()
+    assert isinstance(startup, int) and startup >= 0
+    assert pool.events == [] and not pool.resident and pool.resident_bytes == 0 and pool.models == {}
+
+
 def test_symbolic_dims_are_pinned_for_every_session() -> None:
     pool = SessionPool(1 << 62, "cpu", dims={"batch": 3})
     pool.add("dynamic", FIXTURES / "dynamic.onnx")
@@ -505,3 +530,36 @@ def test_library_leaves_the_callers_ort_log_level_alone(tmp_path: Path) -> None:
     child = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert child.returncode == 0, child.stderr
     assert "VerifyEachNodeIsAssignedToAnEp" in child.stderr  # a verbose (level 0) line of the caller's own session
+
+
+def _activation_model(path: Path, rows: int) -> None:
+    """y = ReduceSum(Tile(x[1,256], [rows, 64])): a ~200-byte file whose first run allocates rows x 16384 floats."""
+    reps = numpy_helper.from_array(np.array([rows, 64], np.int64), "reps")
+    graph = helper.make_graph([helper.make_node("Tile", ["x", "reps"], ["t"]), helper.make_node("ReduceSum", ["t"], ["y"], keepdims=0)], "act",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [reps])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ortcompile-tests")
+    model.ir_version = 9
+    onnx.save(model, str(path))
+
+
+@pytest.mark.xfail(strict=True, reason="residency-10: over budget for good once a first run measures more than estimated (/tmp/ortcompile-bugs/residency-10.md)")
+def test_pool_returns_under_budget_after_a_first_run_measures_more(tmp_path: Path) -> None:
+    """Two models of ~200 bytes whose first runs take 32 and 40 MiB (CPU arena); budget 40 MiB. The estimates
+    (file sizes) let both load; once measured they do not fit together, and the pool must not stay over."""
+    for name, rows in (("A", 512), ("B", 640)):
+        _activation_model(tmp_path / f"{name}.onnx", rows)
+    warm_up("cpu")
+    pool = SessionPool(40 * MiB, "cpu")
+    for name in "AB":
+        pool.add(name, tmp_path / f"{name}.onnx")
+    x = {"x": np.ones((1, 256), np.float32)}
+    over = []
+    for step in range(6):
+        name = "AB"[step % 2]
+        y = pool.run(name, x)["y"]
+        assert float(y) == pytest.approx(256 * (512 if name == "A" else 640) * 64, rel=1e-5)
+        if pool.resident_bytes > pool.budget and len(pool.resident) > 1:
+            over.append((step, name, round(pool.resident_bytes / MiB, 1)))
+    assert min(pool.footprints.values()) > 30 * MiB  # the premise: each model alone is big, both exceed the budget
+    assert not over, f"resident bytes over the 40 MiB budget with several sessions resident at steps {over}"
+    pool.close()

@@ -349,6 +349,14 @@ def test_cli_bench_graph_capture_releases_on_every_eviction(models: dict[str, Pa
     lines = proc.stderr.splitlines()
     assert sum(1 for line in lines if CAPTURE_LINE.search(line)) == 9
     assert releases(lines) == [COMMANDS[m] for m in evictions] + [COMMANDS["conv"]]
+    # The device's start-up (~93 MiB on lavapipe) is measured apart, before the baseline, and charged to no
+    # model (residency-4: it used to be the first model's footprint, ~100 MiB for a 0.5 MB MLP).
+    assert report["ep_startup_rss_bytes"] > 40 * MiB
+    evicted_bytes = [e["bytes"] for e in report["events"] if e["kind"] == "evict"]
+    largest = max(evicted_bytes + [m["footprint_bytes"] for m in report["models"]])
+    assert largest < 40 * MiB, evicted_bytes
+    peak = report["pool_peak_rss_bytes"] - report["baseline_rss_bytes"]
+    assert peak <= report["memory_budget_bytes"] + largest + MARGIN, (peak, largest)
 
 
 def test_cli_bench_graph_capture_unlimited_budget_captures_once(models: dict[str, Path]) -> None:
