@@ -500,8 +500,8 @@ def test_qnn_shared_batch_is_deterministic(qnn_shared: dict[str, Any], tmp_path:
 
 # ---------------------------------------------------------------- Python API and docs/weight-sharing.md
 
-@pytest.mark.xfail(strict=True, reason="buffers-3: compile_shared needs Path objects; str paths fail in prepare_output_dir")
 def test_compile_shared_accepts_str_paths(tmp_path: Path) -> None:
+    """buffers-3: like compile_model, str paths work for the sources and the output directory."""
     from ortcompile import CompileOptions
     from ortcompile.sharing import compile_shared
 
