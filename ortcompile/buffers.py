@@ -24,7 +24,7 @@ from ortcompile import eps
 from ortcompile.datapass import DataPass, Target, WrittenFile
 from ortcompile.errors import CompilationFailed
 from ortcompile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
-from ortcompile.native import session_log_level
+from ortcompile.native import configure_session_logging
 from ortcompile.ortstep import compile_with_ort
 from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.publish import OutputNames
@@ -244,7 +244,7 @@ def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: 
 
     resolved = eps.resolve(ep or artifact.ep, ep_options or {})
     options = ort.SessionOptions()
-    options.log_severity_level = session_log_level()
+    configure_session_logging(options)
     resolved.configure(options)
     options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
     options.add_session_config_entry("session.disable_prepacking", "1")  # prepacking would copy every weight

@@ -9,6 +9,7 @@ import re
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import click
 
 from ortcompile import __version__
-from ortcompile.errors import Interrupted, OrtCompileError, UsageError
+from ortcompile.errors import Interrupted, OrtCompileError, OrtCompileWarning, UsageError
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20, "g": 1 << 30, "gb": 10**9, "gib": 1 << 30}
 
@@ -59,6 +60,7 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         verbose, debug = kwargs.get("verbose", False), kwargs.get("debug", False)
         _raise_on_termination_signals()
+        _show_warnings(quiet=kwargs.get("quiet", False))
         try:
             return func(*args, **kwargs)
         except OrtCompileError as exc:
@@ -75,6 +77,15 @@ def reports_errors(func: Callable[..., Any]) -> Callable[..., Any]:
             _fail(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", 1, None, debug)
 
     return wrapper
+
+
+def _show_warnings(quiet: bool) -> None:
+    """Library warnings become one 'ortcompile: warning:' line each on stderr; -q silences them."""
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        click.echo(f"ortcompile: warning: {message}", err=True)
+
+    warnings.simplefilter("ignore" if quiet else "always", OrtCompileWarning)
+    warnings.showwarning = show  # type: ignore[assignment]
 
 
 def _raise_on_termination_signals() -> None:

@@ -6,14 +6,16 @@ Runtime; ONNX Runtime then lists the devices the EP claims on this machine (``ge
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import importlib.metadata
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ortcompile.errors import EpUnavailable, UsageError, first_line
+from ortcompile.errors import EpUnavailable, OrtCompileWarning, UsageError, first_line
 from ortcompile.native import apply_ort_log_level, native_stdout_to_stderr
 
 if TYPE_CHECKING:
@@ -32,10 +34,38 @@ class EpInfo:
     module: str | None = None  # plugin Python package (None: built into onnxruntime)
     pip_name: str | None = None
     required_options: Callable[[Any], dict[str, str]] = field(default=lambda module: {})
+    option_keys: frozenset[str] = frozenset()  # documented provider options (empty: not checked)
 
     @property
     def distribution(self) -> str:
         return self.pip_name or "onnxruntime"
+
+
+# Provider option keys the QNN EP documents (onnxruntime QNN EP docs). Keys not listed are passed on
+# with a warning (a newer EP may know them); a key one typo away from a listed one is an error.
+QNN_OPTION_KEYS = frozenset({
+    "backend_type", "backend_path", "profiling_level", "profiling_file_path", "rpc_control_latency", "vtcm_mb",
+    "htp_performance_mode", "qnn_saver_path", "qnn_context_priority", "htp_graph_finalization_optimization_mode",
+    "soc_model", "htp_arch", "device_id", "enable_htp_fp16_precision", "offload_graph_io_quantization",
+    "enable_htp_spill_fill_buffer", "enable_htp_shared_memory_allocator", "dump_json_qnn_graph", "json_qnn_graph_dir",
+    "op_packages", "skip_qnn_version_check", "enable_vtcm_backup_buffer_sharing", "extended_udma",
+})
+
+
+def check_option_keys(info: EpInfo, options: dict[str, str]) -> list[str]:
+    """Refuse likely typos of known provider options; return warnings for keys we do not know."""
+    known = info.option_keys
+    if not known:
+        return []
+    warnings = []
+    for key in options:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.8)
+        if close:
+            raise UsageError(f"unknown --ep-option {key!r} for {info.short_name}; did you mean {close[0]!r}?")
+        warnings.append(f"{info.short_name}: --ep-option {key!r} is not a documented {info.ep_name} option; passing it on")
+    return warnings
 
 
 def _qnn_options(module: Any) -> dict[str, str]:
@@ -44,7 +74,7 @@ def _qnn_options(module: Any) -> dict[str, str]:
 
 
 KNOWN_EPS: dict[str, EpInfo] = {
-    "qnn": EpInfo("qnn", "QNNExecutionProvider", True, "onnxruntime_qnn", "onnxruntime-qnn", _qnn_options),
+    "qnn": EpInfo("qnn", "QNNExecutionProvider", True, "onnxruntime_qnn", "onnxruntime-qnn", _qnn_options, QNN_OPTION_KEYS),
     "openvino": EpInfo(
         "openvino", "OpenVINOExecutionProvider", True, "onnxruntime_ep_openvino", "onnxruntime-ep-openvino"
     ),
@@ -154,6 +184,8 @@ def _resolve_one(info: EpInfo, options: dict[str, str]) -> ResolvedEp:
         if info.short_name == "webgpu" and not os.environ.get("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"):
             hint = "without a GPU, set ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to use a software (Vulkan) adapter"
         raise EpUnavailable(f"{info.short_name}: {info.ep_name} is installed but claims no device on this machine; {hint}")
+    for warning in check_option_keys(info, options):
+        warnings.warn(warning, OrtCompileWarning, stacklevel=2)
     merged = {**(info.required_options(module) if module else {}), **options}
     version = ort.__version__ if info.module is None else _version_of(info)
     return ResolvedEp(info=info, devices=devices[:1], options=merged, version=version)

@@ -47,6 +47,10 @@ class VerificationFailed(OrtCompileError):
     exit_code = 5
 
 
+class OrtCompileWarning(UserWarning):
+    """Something the user may want to know that does not stop the work (the CLI prints it unless -q)."""
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGINT or SIGTERM: the run stops, nothing is published, exit 128 + signal number."""
 

@@ -33,6 +33,7 @@ from ortcompile.errors import OutputError
 from ortcompile.manifest import InputDigest, hash_file
 from ortcompile.options import CompileOptions
 from ortcompile.publish import OutputNames
+from ortcompile.source import model_dir
 
 RACY_WINDOW_NS = 2_000_000_000
 STAMP_FORMAT = "ortcompile-stamp/1"
@@ -62,7 +63,7 @@ def stamp_path(output_dir: Path, names: OutputNames) -> Path:
 def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: InputDigest) -> None:
     """Remember each input's fingerprint next to the sha256 it hashed to (a cache: failure is harmless)."""
     entries = [{"name": name, "sha256": sha, **fp} for (name, _, sha), fp in zip(digest.files, digest.fingerprints)]
-    stamp = {"format": STAMP_FORMAT, "source_dir": str(source.resolve().parent), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
+    stamp = {"format": STAMP_FORMAT, "source_dir": str(model_dir(source)), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
     target = stamp_path(output_dir, names)
     pending = target.with_name(target.name + f".{os.getpid()}.tmp")
     try:
@@ -137,13 +138,13 @@ def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest
     if not recorded or recorded[0].get("name") != source.name:
         return "the manifest was made from another input"
     stamp = _load_json(stamp_path(output_dir, names))
-    if stamp.get("source_dir") != str(source.resolve().parent):
+    if stamp.get("source_dir") != str(model_dir(source)):
         stamp = {}
-    base = source.resolve().parent
+    base = model_dir(source)
     started_ns, rehashed = time.time_ns(), False
     files, fingerprints = [], []
     for entry in recorded:
-        path = base / entry["name"]
+        path = source if entry["name"] == source.name and entry is recorded[0] else base / entry["name"]
         if not path.is_file():
             return f"input {entry['name']} is missing"
         fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does

@@ -58,13 +58,15 @@ def _fingerprint(path: Path) -> dict[str, int]:
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
     """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
-    base = model_path.resolve().parent
+    from ortcompile.source import model_dir
+
+    base = model_dir(model_path)
     hashed_at = time.time_ns()
     entries, fingerprints = [], []
-    for path in [model_path.resolve(), *external_files]:
+    for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
         fingerprints.append(_fingerprint(path))
         written = hash_file(path)
-        entries.append((path.relative_to(base).as_posix(), written.size, written.sha256))
+        entries.append((name, written.size, written.sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
 
 

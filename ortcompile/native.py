@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 _show_native_output = False  # set by set_ort_log_level: -v shows what native code prints
 _explicit_severity: int | None = None  # bench --ort-log-level
+_configured = False  # only the CLI (or a caller of set_ort_log_level) decides ORT's log level; a library user keeps theirs
 
 
 @contextlib.contextmanager
@@ -51,7 +52,8 @@ def set_ort_log_level(verbose: bool, severity: int | None = None) -> None:
     Applied now if onnxruntime is loaded, else when it first is (apply_ort_log_level): an up-to-date
     `--if-changed` check must not pay for importing it.
     """
-    global _show_native_output, _explicit_severity
+    global _show_native_output, _explicit_severity, _configured
+    _configured = True
     _show_native_output = verbose or (severity is not None and severity < 3)
     _explicit_severity = severity
     if "onnxruntime" in sys.modules:
@@ -59,13 +61,21 @@ def set_ort_log_level(verbose: bool, severity: int | None = None) -> None:
 
 
 def apply_ort_log_level() -> None:
+    if not _configured:
+        return
     import onnxruntime as ort
 
-    ort.set_default_logger_severity(session_log_level())
+    ort.set_default_logger_severity(_severity())
 
 
-def session_log_level() -> int:
-    """Per-session ORT log severity: warnings with -v, otherwise only fatal (errors reach us as exceptions)."""
+def configure_session_logging(options: object) -> None:
+    """Session log severity as configured (quiet unless -v); untouched for library users who configured nothing."""
+    if _configured:
+        options.log_severity_level = _severity()  # type: ignore[attr-defined]
+
+
+def _severity() -> int:
+    """ORT log severity: warnings with -v, otherwise only fatal (errors reach us as exceptions)."""
     if _explicit_severity is not None:
         return _explicit_severity
     return 2 if _show_native_output else 4

@@ -18,8 +18,8 @@ from typing import Any
 from ortcompile.blobs import BlobSink, callback_unsupported
 from ortcompile.datapass import DataPass
 from ortcompile.eps import ResolvedEp
-from ortcompile.errors import CompilationFailed, OrtCompileError, first_line
-from ortcompile.native import native_stdout_to_stderr, session_log_level
+from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, first_line
+from ortcompile.native import native_stdout_to_stderr, configure_session_logging
 from ortcompile.publish import output_error
 from ortcompile.source import PROTOBUF_LIMIT
 
@@ -115,7 +115,7 @@ def _attempt(
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = session_log_level()
+    configure_session_logging(options)
     ep.configure(options)
     # EPs name their blob files after this path, so they land in the staging directory.
     options.add_session_config_entry("ep.context_file_path", str(model_path))
@@ -143,7 +143,7 @@ def _attempt(
                 compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
             _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard)
     except Exception as exc:
-        _raise_translated(exc, guard.error, ep)
+        _raise_translated(exc, guard.error, ep, source)
     return OrtOutput(graph.buffer.getvalue(), sink)
 
 
@@ -190,7 +190,11 @@ def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
         raise outcome[0]
 
 
-def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: ResolvedEp) -> None:
+# ORT status codes and messages that mean the input model itself is broken (exit 3), not the EP (exit 1).
+_INVALID_MODEL_MARKERS = (" : INVALID_GRAPH : ", " : INVALID_PROTOBUF : ", " : NO_SUCHFILE : ", "This is an invalid model", "Load model from")
+
+
+def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: ResolvedEp, source: Path) -> None:
     """Re-raise what really went wrong: our own callback's exception, or ORT's error as one line."""
     if callback_error is not None:
         if isinstance(callback_error, OSError):
@@ -203,6 +207,8 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
     text = str(exc)
     if NOTHING_COMPILED in text:
         raise CompilationFailed(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
+    if any(marker in text for marker in _INVALID_MODEL_MARKERS):
+        raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {_ort_message(text)}", detail=text) from exc
     raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {_ort_message(text)}", detail=text) from exc
 
 
@@ -237,7 +243,7 @@ def ep_compiles_anything(ep: ResolvedEp) -> bool:
     model = tiny_static_model()
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch:
         options = ort.SessionOptions()
-        options.log_severity_level = session_log_level()
+        configure_session_logging(options)
         ep.configure(options)
         options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
         try:

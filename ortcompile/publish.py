@@ -207,13 +207,47 @@ class Staging:
                 remove_stale_stages(self.output_dir)
                 _refuse_overwriting_inputs(self.output_dir, ordered_names, inputs)
                 existing = sorted({f for n in (names if isinstance(names, list) else [names]) for f in previous_outputs(self.output_dir, n)})
-                if existing and not force:
-                    raise OutputError(f"{self.output_dir / existing[0]} already exists; pass --force to replace it")
+                clashing = [n for n in ordered_names if (self.output_dir / n).exists() or (self.output_dir / n).is_symlink()]
+                if (existing or clashing) and not force:
+                    raise OutputError(f"{self.output_dir / (existing or clashing)[0]} already exists; pass --force to replace it")
                 journal = {"move": ordered_names, "delete": [n for n in existing if n not in ordered_names]}
                 _write_journal(self.path, journal)
-                _apply_journal(self.path, self.output_dir, journal)
+                self._apply_or_roll_back(journal)
         except OSError as exc:
             raise output_error(exc, f"outputs into {self.output_dir}") from exc
+
+    def _apply_or_roll_back(self, journal: dict[str, list[str]]) -> None:
+        """Rename into place; if a rename fails (not a kill: that is rolled forward), put the old files back."""
+        backup = self.path / "replaced"
+        backup.mkdir()
+        moved: list[tuple[str, bool]] = []
+        try:
+            for name in journal["move"]:
+                target = self.output_dir / name
+                had_old = target.exists()
+                if had_old:
+                    _keep_copy(target, backup / name)
+                os.replace(self.path / name, target)
+                moved.append((name, had_old))
+        except OSError:
+            (self.path / JOURNAL).unlink(missing_ok=True)  # a later run must not roll this forward
+            for name, had_old in reversed(moved):
+                if had_old:
+                    os.replace(backup / name, self.output_dir / name)
+                else:
+                    (self.output_dir / name).unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.output_dir)
+        for name in journal["delete"]:
+            (self.output_dir / name).unlink(missing_ok=True)
+
+
+def _keep_copy(path: Path, backup: Path) -> None:
+    """A hard link costs nothing and leaves `path` in place; where links are impossible, copy."""
+    try:
+        os.link(path, backup)
+    except OSError:
+        shutil.copy2(path, backup)
 
 
 def _refuse_overwriting_inputs(output_dir: Path, ordered_names: list[str], inputs: list[Path]) -> None:

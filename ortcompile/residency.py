@@ -34,11 +34,32 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, UsageError, first_line
-from ortcompile.native import native_stdout_to_stderr, session_log_level
+from ortcompile.native import native_stdout_to_stderr, configure_session_logging
 from ortcompile.sessions import require_provider
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
 DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
+
+
+def reset_peak_rss() -> bool:
+    """Restart the kernel's high-water mark (VmHWM) from the current RSS (Linux >= 4.0); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_since_reset() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
 
 
 def rss_bytes() -> int:
@@ -46,7 +67,7 @@ def rss_bytes() -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def _release_free_heap() -> None:
+def release_free_heap() -> None:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -112,7 +133,7 @@ class SessionPool:
 
         before = rss_bytes()
         options = ort.SessionOptions()
-        options.log_severity_level = session_log_level()
+        configure_session_logging(options)
         plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},
                                self.ep.version)
         plain.configure(options)
@@ -122,7 +143,7 @@ class SessionPool:
         session.run(None, {"x": np.ones((1, 8), np.float32)})
         del session
         gc.collect()
-        _release_free_heap()
+        release_free_heap()
         return max(0, rss_bytes() - before)
 
     def add(self, name: str, model: str | os.PathLike[str]) -> None:
@@ -148,12 +169,13 @@ class SessionPool:
         if callable(feeds):
             feeds = feeds(entry.session)
         if entry.runs == 0:
-            _release_free_heap()
+            release_free_heap()
         start_rss = rss_bytes()
         outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(entry, feeds)
         if entry.runs == 0:  # the first run allocates the arena (and captures): part of the footprint
             entry.footprint += max(0, rss_bytes() - start_rss)
             self.footprints[name] = entry.footprint
+            self._make_room(0, keep=name)  # measured more than estimated: back under budget now, not never
         entry.runs += 1
         return outputs
 
@@ -165,7 +187,7 @@ class SessionPool:
         entry.binding.clear()
         del entry.session
         gc.collect()
-        _release_free_heap()
+        release_free_heap()
         self.events.append(PoolEvent("evict", name, time.perf_counter() - start, entry.footprint))
 
     def close(self) -> None:
@@ -182,20 +204,23 @@ class SessionPool:
         self._make_room(self.footprints[name])
         return self._load(name)
 
-    def _make_room(self, incoming: int) -> None:
-        while self.resident and self.resident_bytes + incoming > self.budget:
-            oldest = next(iter(self.resident))
-            self.evict(oldest)
+    def _make_room(self, incoming: int, keep: str | None = None) -> None:
+        """Evict least recently used sessions (never `keep`) until resident + incoming fits the budget."""
+        while self.resident_bytes + incoming > self.budget:
+            victims = [n for n in self.resident if n != keep]
+            if not victims:
+                return  # only `keep` (or nothing) left: a single model larger than the budget stays
+            self.evict(victims[0])
 
     def _load(self, name: str) -> _Resident:
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        options.log_severity_level = session_log_level()
+        configure_session_logging(options)
         self.ep.configure(options)
         for dim, value in self.dims.items():
             options.add_free_dimension_override_by_name(dim, value)
-        _release_free_heap()  # freed-but-kept heap would be reused by the session and hide its footprint
+        release_free_heap()  # freed-but-kept heap would be reused by the session and hide its footprint
         start_rss, start = rss_bytes(), time.perf_counter()
         try:
             with native_stdout_to_stderr(quiet_stderr=True):

@@ -9,7 +9,7 @@ from typing import Any
 
 from ortcompile.eps import CPU_EP, ResolvedEp
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line
-from ortcompile.native import native_stdout_to_stderr, session_log_level
+from ortcompile.native import native_stdout_to_stderr, configure_session_logging
 
 
 @dataclass
@@ -23,7 +23,7 @@ def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int])
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.log_severity_level = session_log_level()
+    configure_session_logging(options)
     if ep is not None:
         ep.configure(options)
     for name, value in dims.items():

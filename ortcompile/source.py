@@ -66,7 +66,7 @@ class SourceModel:
         for tensor in self.initializers:
             if tensor.external and tensor.external.location not in seen:
                 seen[tensor.external.location] = tensor.external
-        return sorted(seen.values(), key=lambda ref: (self.path.resolve().parent / ref.location).resolve())
+        return sorted(seen.values(), key=lambda ref: (model_dir(self.path) / ref.location).resolve())
 
     @property
     def dynamic_inputs(self) -> list[InputInfo]:
@@ -75,6 +75,11 @@ class SourceModel:
     @property
     def symbolic_dims(self) -> set[str]:
         return {d for i in self.inputs for d in i.dims if isinstance(d, str)}
+
+
+def model_dir(model_path: Path) -> Path:
+    """Where a model's relative locations start: the directory its path names (not a symlink target's)."""
+    return model_path.absolute().parent.resolve()
 
 
 def read_source(path: Path) -> SourceModel:
@@ -150,8 +155,12 @@ def _external_ref(tensor: Any, model_path: Path, expected: int | None) -> Extern
 
 
 def _resolve_location(model_path: Path, owner: str, location: str, what: str = "external data path") -> Path:
-    """Refuse absolute, `..` and symlinked paths that lead outside the model's directory."""
-    base = model_path.resolve().parent
+    """Refuse absolute, `..` and symlinked paths that lead outside the model's directory.
+
+    The directory is the one the model path names (ONNX Runtime resolves locations from there, even when
+    the model file itself is a symlink); a location whose real path leaves it is refused, symlinks included.
+    """
+    base = model_dir(model_path)
     if not owner.startswith("EPContext"):
         owner = f"initializer {owner!r}"
     if os.path.isabs(location) or Path(location).drive:
@@ -165,7 +174,8 @@ def _resolve_location(model_path: Path, owner: str, location: str, what: str = "
     except (OSError, RuntimeError) as exc:  # symlink loops, names too long
         raise InvalidModel(f"{model_path}: {owner} {what} {location[:100]!r} cannot be resolved ({type(exc).__name__}: {exc})") from None
     if not resolved.is_relative_to(base):
-        raise InvalidModel(f"{model_path}: {owner} {what} {location!r} resolves outside the model's directory")
+        raise InvalidModel(f"{model_path}: {owner} {what} {location!r} resolves outside the model's directory (to {resolved}); "
+                           "copy or hard-link the files into one directory")
     return resolved
 
 
@@ -179,7 +189,9 @@ def _check_epcontext_paths(model_path: Path, model: object) -> None:
             continue
         if "ep_cache_context" in attrs and attrs["ep_cache_context"].s:
             location = attrs["ep_cache_context"].s.decode("utf-8", errors="replace")
-            _resolve_location(model_path, f"EPContext node {node.name!r}", location, what="EP context path")
+            blob = _resolve_location(model_path, f"EPContext node {node.name!r}", location, what="EP context path")
+            if not blob.is_file():
+                raise InvalidModel(f"{model_path}: EPContext node {node.name!r} names EP context file {location!r}, which is missing")
 
 
 def _check_external_extents(model_path: Path, initializers: tuple[TensorInfo, ...]) -> None:

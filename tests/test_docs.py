@@ -162,7 +162,6 @@ def test_help_and_version_import_neither_onnx_nor_onnxruntime(args: list[str]) -
     assert heavy_imports(*args) == []
 
 
-@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/pipeline-7.md: cli.set_ort_log_level imports onnxruntime before the check")
 def test_up_to_date_check_imports_neither_onnx_nor_onnxruntime(tmp_path: Path) -> None:
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     source = tmp_path / "split.onnx"

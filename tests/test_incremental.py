@@ -436,7 +436,6 @@ def test_peak_rss_is_not_the_parents(tmp_path: Path, cache: Path) -> None:
     assert reported < own + (128 << 20), (own >> 20, reported >> 20)
 
 
-@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/pipeline-6.md: a batch's error line does not name the failing model")
 def test_batch_failure_names_the_model_and_keeps_earlier_outputs(tmp_path: Path, cache: Path, fixture_copy) -> None:
     """docs/cli.md (Batches): the batch stops at the first failure with its exit code; models before it stay
     published (each is atomic), later ones are not compiled; the one stderr line names the model."""
