@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
+from helpers import FIXTURES, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import FIXTURES, run_cli
 from ortcompile.errors import UsageError
 from ortcompile.residency import SessionPool, rss_bytes
 
@@ -366,7 +366,7 @@ def test_evictions_free_memory_over_many_cycles(ep: str, compiled: dict[str, Pat
     pool = pool_for(compiled, ep, 1 * MiB, "ad")
     audit = PoolAudit(pool, MARGIN[ep])
     ends = []
-    for index, step in enumerate(steps):
+    for step in steps:
         assert_correct(step, audit.run(step.name, step.feeds))
         if step.name == "d":
             ends.append(rss_bytes() - audit.baseline)
@@ -514,9 +514,9 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert os.path.exists(FIXTURES / "mlp.onnx")
 
 
-@pytest.mark.xfail(strict=True, reason="residency-9: eps.resolve resets ORT's global log severity to 4 (/tmp/ortcompile-bugs/residency-9.md)")
 def test_library_leaves_the_callers_ort_log_level_alone(tmp_path: Path) -> None:
-    """A library user who asked onnxruntime for its verbose log keeps it after creating a SessionPool."""
+    """A library user who asked onnxruntime for its verbose log keeps it after creating a SessionPool
+    (residency-9: resolving an EP used to reset ORT's global severity to 4)."""
     import subprocess
     import sys
 
@@ -536,16 +536,17 @@ def _activation_model(path: Path, rows: int) -> None:
     """y = ReduceSum(Tile(x[1,256], [rows, 64])): a ~200-byte file whose first run allocates rows x 16384 floats."""
     reps = numpy_helper.from_array(np.array([rows, 64], np.int64), "reps")
     graph = helper.make_graph([helper.make_node("Tile", ["x", "reps"], ["t"]), helper.make_node("ReduceSum", ["t"], ["y"], keepdims=0)], "act",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [reps])
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [])], [reps])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ortcompile-tests")
     model.ir_version = 9
     onnx.save(model, str(path))
 
 
-@pytest.mark.xfail(strict=True, reason="residency-10: over budget for good once a first run measures more than estimated (/tmp/ortcompile-bugs/residency-10.md)")
 def test_pool_returns_under_budget_after_a_first_run_measures_more(tmp_path: Path) -> None:
     """Two models of ~200 bytes whose first runs take 32 and 40 MiB (CPU arena); budget 40 MiB. The estimates
-    (file sizes) let both load; once measured they do not fit together, and the pool must not stay over."""
+    (file sizes) let both load; once measured they do not fit together, and the pool must not stay over
+    (residency-10: it used to stay at 78 MiB for good). The LRU other is evicted right after the first run."""
     for name, rows in (("A", 512), ("B", 640)):
         _activation_model(tmp_path / f"{name}.onnx", rows)
     warm_up("cpu")
@@ -562,4 +563,6 @@ def test_pool_returns_under_budget_after_a_first_run_measures_more(tmp_path: Pat
             over.append((step, name, round(pool.resident_bytes / MiB, 1)))
     assert min(pool.footprints.values()) > 30 * MiB  # the premise: each model alone is big, both exceed the budget
     assert not over, f"resident bytes over the 40 MiB budget with several sessions resident at steps {over}"
+    kinds = [(e.kind, e.model) for e in pool.events]
+    assert kinds[:3] == [("load", "A"), ("load", "B"), ("evict", "A")]  # B's first run measured it: A goes at once
     pool.close()
