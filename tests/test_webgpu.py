@@ -29,11 +29,11 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
-
 import webgpu_env  # noqa: F401  (sets the WebGPU environment at import, before any test registers the EP)
 from helpers import FIXTURES, assert_one_line_error
+from onnx import TensorProto, helper, numpy_helper
 from test_residency import MiB, PoolAudit, Step, run_plan, trim_heap, warm_up
+
 from ortcompile.residency import SessionPool
 
 WEBGPU = "WebGpuExecutionProvider"

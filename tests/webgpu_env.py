@@ -76,7 +76,7 @@ print(json.dumps({"ok": True, "reason": "", "sample": float(y[0, 0])}))
 """
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe(**extra_env: str) -> tuple[bool, str]:
     """(available, reason): can the WebGPU EP claim an adapter and run a model on this machine?"""
     try:
