@@ -50,7 +50,7 @@ class MemoryTarget:
         self._reserve(offset)
         self.position = offset  # a fresh anonymous map is already zero-filled
 
-    def write(self, data: memoryview | bytes) -> None:
+    def write(self, data: memoryview | bytes, origin: tuple[int, int] | None = None) -> None:
         view = memoryview(data).cast("B")
         self._reserve(self.position + len(view))
         self.map[self.position : self.position + len(view)] = view

@@ -26,7 +26,7 @@ from ortcompile.datapass import DataPass, FileSink, WrittenFile
 from ortcompile.errors import CompilationFailed, VerificationFailed
 from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
 from ortcompile.incremental import why_not_up_to_date, write_stamp
-from ortcompile.manifest import InputDigest, build_manifest, digest_inputs, hash_file, manifest_bytes
+from ortcompile.manifest import InputDigest, build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
 from ortcompile.plan import DataLayout
@@ -60,7 +60,7 @@ def compile_model(
     job = _Job.plan(Path(source_path), Path(output_dir), options, reporter)
     digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
     try:
-        input_digest = digester.submit(digest_inputs, job.source.path.absolute(), job.source.external_files)  # cwd moves during the compile
+        input_digest = digester.submit(digest_inputs_in_background, job.source.path.absolute(), job.source.external_files)  # cwd moves during the compile
         with Staging(job.output_dir) as staging:
             return job.run(staging, input_digest)
     except BaseException:
@@ -180,15 +180,17 @@ def _build(job: _Job, staging_dir: Path) -> _Built:
 
     def new_data_pass() -> DataPass:
         progress = job.reporter.bytes_bar("data pass", job.source.weight_bytes)
-        return DataPass(FileSink(staging_dir), job.names.model, DataLayout(job.options.layout), progress)
+        return DataPass(FileSink(staging_dir), job.names.model, DataLayout(job.options.layout), progress,
+                        source_files=job.source.external_paths)
 
     ort_output, data_pass = compile_pass(job, staging_dir, new_data_pass)
     data_files = data_pass.finish()
     job.timings["compile"] = time.perf_counter() - clock
+    job.timings["data_pass"] = data_pass.seconds  # inside "compile": writing the initializers
     clock = time.perf_counter()
     model_file, graph = graph_pass(job, staging_dir, ort_output.graph_proto, job.options.embed)
     known = {f.name for f in data_files} | {job.names.model}
-    blob_files = [hash_file(staging_dir / n) for n in sorted(os.listdir(staging_dir)) if n not in known]
+    blob_files = [hash_and_sync(staging_dir / n) for n in sorted(os.listdir(staging_dir)) if n not in known]
     job.timings["graph_pass"] = time.perf_counter() - clock
     files = [(model_file, "model"), *((f, "data") for f in data_files), *((f, "ep_context") for f in blob_files)]
     return _Built(files, graph, data_pass.external_count, data_pass.inline_count)

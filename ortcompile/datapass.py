@@ -8,8 +8,10 @@ order, and hashed on the other core while it is written, so the manifest costs n
 from __future__ import annotations
 
 import ctypes
+import errno
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -19,6 +21,7 @@ from typing import Any, Protocol
 from ortcompile.plan import DataLayout, Placement, data_file_name
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
+KERNEL_COPY_MIN = 1 << 20  # tensors at least this big are copied with copy_file_range when they come from a file
 _ZEROS = bytes(1 << 16)
 
 Progress = Callable[[int], None]
@@ -46,14 +49,43 @@ class HashingFile:
         while self.position < offset:
             self.write(_ZEROS[: min(len(_ZEROS), offset - self.position)])
 
-    def write(self, data: memoryview | bytes) -> None:
+    def write(self, data: memoryview | bytes, origin: tuple[int, int] | None = None) -> None:
+        """Append `data`; with `origin` (fd, offset) holding the same bytes, copy them inside the kernel."""
         view = memoryview(data).cast("B")
+        if origin is not None and len(view) >= KERNEL_COPY_MIN and self._copy_from(origin, view):
+            return
         for start in range(0, len(view), CHUNK):
             chunk = view[start : start + CHUNK]
             pending = self._pool.submit(self._hash.update, chunk)  # hashlib releases the GIL
             _write_all(self._fd, chunk)
             pending.result()
             self.position += len(chunk)
+
+    def _copy_from(self, origin: tuple[int, int], view: memoryview) -> bool:
+        """copy_file_range from the source data file (as cp does) while the other core hashes the mapped bytes.
+
+        False, with nothing written, when the kernel or filesystem cannot do it; the caller then writes.
+        """
+        source_fd, source_offset = origin
+        before = self._hash.copy()
+        hashed = self._pool.submit(self._hash.update, view)
+        done = 0
+        try:
+            while done < len(view):
+                copied = os.copy_file_range(source_fd, self._fd, len(view) - done, source_offset + done, self.position + done)
+                if copied == 0:
+                    raise OSError(errno.EIO, "source data file ended early")
+                done += copied
+        except OSError as exc:
+            hashed.result()
+            if done == 0 and exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
+                self._hash = before
+                return False
+            raise
+        hashed.result()
+        self.position += len(view)
+        os.lseek(self._fd, self.position, os.SEEK_SET)  # copy_file_range with offsets leaves the file position
+        return True
 
     def close(self) -> WrittenFile:
         os.fsync(self._fd)
@@ -77,7 +109,7 @@ class Target(Protocol):
 
     def pad_to(self, offset: int) -> None: ...
 
-    def write(self, data: memoryview | bytes) -> None: ...
+    def write(self, data: memoryview | bytes, origin: tuple[int, int] | None = None) -> None: ...
 
     def close(self) -> WrittenFile: ...
 
@@ -102,9 +134,12 @@ class DataPass:
     """Receives ORT's per-initializer callbacks and lays the bytes out as the layout says."""
 
     def __init__(self, sink: FileSink | Any, model_file_name: str, layout: DataLayout, progress: Progress | None = None,
-                 keep_inline: Callable[[str], bool] | None = None):
+                 keep_inline: Callable[[str], bool] | None = None, source_files: dict[str, Path] | None = None):
         self.sink = sink
         self.keep_inline = keep_inline or (lambda name: False)
+        self.source_files = source_files or {}  # location as written in the source -> checked path
+        self._source_fds: dict[str, int] = {}
+        self.seconds = 0.0  # time spent inside the callbacks: the data pass proper
         self.model_file_name = model_file_name
         self.layout = layout
         self.inline_count = 0
@@ -122,22 +157,35 @@ class DataPass:
         if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes) or self.keep_inline(name):
             self.inline_count += 1
             return None
+        start = time.perf_counter()
         element_size = max(1, nbytes // max(1, _element_count(value.shape())))
-        placement = self.store(name, _tensor_bytes(value, nbytes), element_size)
+        placement = self.store(name, _tensor_bytes(value, nbytes), element_size, self._origin(source_info, nbytes))
         self.external_count += 1
         location = data_file_name(self.model_file_name, placement.file_index)
+        self.seconds += time.perf_counter() - start
         return ort.OrtExternalInitializerInfo(location, placement.offset, nbytes)
 
-    def store(self, name: str, data: memoryview, element_size: int) -> Placement:
+    def _origin(self, source_info: Any, nbytes: int) -> tuple[int, int] | None:
+        """Where the same bytes sit in a source data file that read_source checked, if they do."""
+        if source_info is None or source_info.byte_size != nbytes:
+            return None
+        path = self.source_files.get(source_info.filepath)
+        if path is None:
+            return None
+        if source_info.filepath not in self._source_fds:
+            self._source_fds[source_info.filepath] = os.open(path, os.O_RDONLY)
+        return self._source_fds[source_info.filepath], source_info.file_offset
+
+    def store(self, name: str, data: memoryview, element_size: int, origin: tuple[int, int] | None = None) -> Placement:
         """Place and write one tensor's bytes (subclasses may reuse an earlier placement instead)."""
         placement = self.layout.place(name, len(data), element_size)
-        self._write(placement, data)
+        self._write(placement, data, origin)
         return placement
 
-    def _write(self, placement: Placement, data: memoryview) -> None:
+    def _write(self, placement: Placement, data: memoryview, origin: tuple[int, int] | None = None) -> None:
         target = self._target_for(placement.file_index)
         target.pad_to(placement.offset)
-        target.write(data)
+        target.write(data, origin)
         self.bytes_written += placement.nbytes
         if self._progress:
             self._progress(placement.nbytes)
@@ -156,6 +204,7 @@ class DataPass:
         if self._open is not None:
             self._finished.append(self._open.close())
             self._open = None
+        self._close_sources()
         self.sink.shutdown()
         return list(self._finished)
 
@@ -163,7 +212,13 @@ class DataPass:
         if self._open is not None:
             self._open.abandon()
             self._open = None
+        self._close_sources()
         self.sink.shutdown()
+
+    def _close_sources(self) -> None:
+        for fd in self._source_fds.values():
+            os.close(fd)
+        self._source_fds.clear()
 
 
 def _element_count(shape: list[int]) -> int:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -17,6 +18,25 @@ from ortcompile.datapass import WrittenFile
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
 HASH_CHUNK = 16 << 20
+
+
+def hash_and_sync(path: Path) -> WrittenFile:
+    """For files the EP wrote (never fsynced): hash and flush to disk at once, the flush on another thread.
+
+    Everything ortcompile writes itself is fsynced before its rename; an EP's blob must be too, or a power
+    loss after publishing could leave a model whose context file is empty.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-fsync") as flusher:
+            flushed = flusher.submit(os.fsync, fd)  # waits on the disk while the hash uses the CPU
+            written = hash_file(path)
+            flushed.result()
+    finally:
+        os.close(fd)
+    return written
 
 
 def hash_file(path: Path) -> WrittenFile:
@@ -54,6 +74,18 @@ class InputDigest:
 def _fingerprint(path: Path) -> dict[str, int]:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino, "dev": st.st_dev}
+
+
+def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
+    """digest_inputs at idle CPU priority: it fills the gaps while the EP compiles instead of competing with
+    the data pass for the cores (hashing gigabytes costs as much CPU as copying them)."""
+    import threading
+
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
+    except (OSError, AttributeError):
+        pass
+    return digest_inputs(model_path, external_files)
 
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:

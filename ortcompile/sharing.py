@@ -28,7 +28,7 @@ from ortcompile.datapass import DataPass, FileSink, WrittenFile
 from ortcompile.errors import CompilationFailed, UsageError
 from ortcompile.graphpass import GraphSummary
 from ortcompile.incremental import write_stamp
-from ortcompile.manifest import build_manifest, digest_inputs, hash_file, manifest_bytes
+from ortcompile.manifest import build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.plan import DataLayout, Placement
 from ortcompile.progress import Reporter, SilentReporter
@@ -46,14 +46,14 @@ class SharedDataPass(DataPass):
         self.by_content: dict[str, Placement] = {}
         self.reused_bytes = 0
 
-    def store(self, name: str, data: memoryview, element_size: int) -> Placement:
+    def store(self, name: str, data: memoryview, element_size: int, origin: tuple[int, int] | None = None) -> Placement:
         key = hashlib.sha256(data).hexdigest()
         earlier = self.by_content.get(key)
         needed = self.layout.policy.alignment_for(len(data), element_size)
         if earlier is not None and earlier.nbytes == len(data) and earlier.offset % needed == 0:
             self.reused_bytes += len(data)
             return earlier
-        placement = super().store(name, data, element_size)
+        placement = super().store(name, data, element_size, origin)
         self.by_content[key] = placement
         return placement
 
@@ -88,7 +88,7 @@ def _compile_planned(jobs: list[_Job], output_dir: Path, options: CompileOptions
     if len(set(stems)) != len(stems):
         raise UsageError(f"--share-weights: two models would both be named {next(s for s in stems if stems.count(s) > 1)}_ctx.onnx")
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging:
-        digests = [digester.submit(digest_inputs, j.source.path.absolute(), j.source.external_files) for j in jobs]
+        digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
         shared = SharedDataPass(FileSink(staging.path), f"{stems[0]}_shared", DataLayout(options.layout))
         graphs = [_compile_member(job, staging.path, shared, last=(i == len(jobs) - 1)) for i, job in enumerate(jobs)]
         data_files = {f.name: f for f in shared.close()}
@@ -125,7 +125,7 @@ def _write_manifests(jobs: list[_Job], graphs: list[tuple[WrittenFile, GraphSumm
     missing = sorted({n for _, g in graphs for n in g.blob_names if not (staging_dir / n).is_file()})
     if missing:
         raise CompilationFailed(f"the EP did not write the shared context file {missing[0]!r} its nodes reference")
-    blobs = {name: hash_file(staging_dir / name) for _, g in graphs for name in g.blob_names}
+    blobs = {name: hash_and_sync(staging_dir / name) for _, g in graphs for name in g.blob_names}
     results, models = [], []
     for job, (model_file, graph), digest in zip(jobs, graphs, digests):
         files = [(model_file, "model"), *((data_files[n], "data") for n in graph.data_locations), *((blobs[n], "ep_context") for n in graph.blob_names)]

@@ -60,6 +60,12 @@ class SourceModel:
         return sum(t.nbytes for t in self.initializers)
 
     @property
+    def external_paths(self) -> dict[str, Path]:
+        """Each external location as written in the model -> its checked, resolved path."""
+        base = model_dir(self.path)
+        return {t.external.location: (base / t.external.location).resolve() for t in self.initializers if t.external}
+
+    @property
     def external_refs(self) -> list[ExternalRef]:
         """One reference per external data file, in the order of `external_files`."""
         seen: dict[str, ExternalRef] = {}
