@@ -240,3 +240,38 @@ def sized_model(directory: Path, name: str, megabytes: float, seed: int = 0) -> 
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])], inits, name)
     (directory / f"{name}.onnx").write_bytes(model.SerializeToString())
     return directory / f"{name}.onnx"
+
+
+def write_mixed_big_model(directory: Path, name: str = "mixed", qnn_layers: int = 3, qnn_width: int = 4096, cpu_tensors: int = 4,
+                          seed: int = 0) -> tuple[Path, int]:
+    """A model with both passes doing real work: `qnn_layers` [qnn_width^2] MatMul+Relu layers (QNN compiles them into
+    its blob: seconds of native EP compile) and `cpu_tensors` ~256 MiB weights each feeding `Mod(fmod=1)` (QNN does
+    not take it: they stay in the output graph and go through the data pass). Weights are written straight to
+    `<name>.onnx.data` by tests/bigmodel.py's generator. Returns (model path, data bytes)."""
+    import math
+
+    import bigmodel
+
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = [bigmodel.Weight(f"q{i}", (qnn_width, qnn_width), math.sqrt(3.0 / qnn_width)) for i in range(qnn_layers)]
+    weights += [bigmodel.Weight(f"c{j}", (8192, 8191), 1.0) for j in range(cpu_tensors)]
+    data_name = f"{name}.onnx.data"
+    offsets = bigmodel.write_data_file(directory / data_name, weights, seed)
+    inits = []
+    for weight in weights:
+        tensor = TensorProto(name=weight.name, data_type=TensorProto.FLOAT, dims=list(weight.shape))
+        set_external(tensor, location=data_name, offset=offsets[weight.name], length=weight.nbytes)
+        inits.append(tensor)
+    inits.append(numpy_helper.from_array(np.array([1e30], np.float32), "div"))
+    nodes, current = [], "x"
+    for i in range(qnn_layers):
+        nodes += [helper.make_node("MatMul", [current, f"q{i}"], [f"m{i}"]), helper.make_node("Relu", [f"m{i}"], [f"r{i}"])]
+        current = f"r{i}"
+    nodes.append(helper.make_node("Identity", [current], ["y"]))
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, qnn_width])]
+    for j in range(cpu_tensors):
+        nodes.append(helper.make_node("Mod", [f"c{j}", "div"], [f"z{j}"], fmod=1))
+        outputs.append(helper.make_tensor_value_info(f"z{j}", TensorProto.FLOAT, [8192, 8191]))
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, qnn_width])], outputs, inits, name)
+    (directory / f"{name}.onnx").write_bytes(model.SerializeToString())
+    return directory / f"{name}.onnx", sum(w.nbytes for w in weights)
