@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
+import mmap
 import os
 import time
 from collections.abc import Callable
@@ -68,7 +69,9 @@ class HashingFile:
         """
         source_fd, source_offset = origin
         before = self._hash.copy()
-        hashed = self._pool.submit(self._hash.update, view)
+        # Hash from the source file through small windows, not ORT's mapping of the whole tensor: touching
+        # that would make the largest tensor resident (peak RSS), while the kernel copy needs none of it.
+        hashed = self._pool.submit(_hash_file_range, self._hash, source_fd, source_offset, len(view))
         done = 0
         try:
             while done < len(view):
@@ -94,6 +97,20 @@ class HashingFile:
 
     def abandon(self) -> None:
         os.close(self._fd)
+
+
+HASH_WINDOW = 32 << 20
+
+
+def _hash_file_range(digest: Any, fd: int, offset: int, length: int) -> None:
+    """Feed bytes [offset, offset + length) of a file to `digest`, mapping at most HASH_WINDOW at a time."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    end = offset + length
+    while start < end:
+        size = min(HASH_WINDOW, end - start)
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ, offset=start) as window, memoryview(window) as view:
+            digest.update(view[max(offset, start) - start : size])
+        start += size
 
 
 def _write_all(fd: int, data: memoryview) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from ortcompile.errors import InvalidModel, first_line
 from ortcompile.integrity import ManifestStatus, check_manifest
 from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
+from ortcompile.publish import pending_publishes
 from ortcompile.source import PROTOBUF_LIMIT
 
 INSPECT_FORMAT = "ortcompile-inspect/1"
@@ -129,6 +130,9 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
         manifest=manifest if manifest.found else None,
     )
     report.problems = _problems(report)
+    for stage in pending_publishes(path.parent):
+        report.problems.append(f"an interrupted publish is pending in {path.parent} ({stage}): files may mix two outputs; "
+                               "run the compile again to finish it")
     return report
 
 

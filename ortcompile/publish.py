@@ -158,6 +158,17 @@ def remove_stale_stages(output_dir: Path) -> list[Path]:
     return removed
 
 
+def pending_publishes(output_dir: Path) -> list[str]:
+    """Stages of killed runs whose journal was committed: the directory mixes two outputs until a compile
+    there finishes the renames. Read-only (inspect and verify report it; compile repairs it)."""
+    pending = []
+    for entry in sorted(output_dir.glob(STAGE_PREFIX + "*")):
+        pid_text = entry.name[len(STAGE_PREFIX) :].split("-", 1)[0]
+        if pid_text.isdigit() and not _process_alive(int(pid_text)) and _read_journal(entry) is not None:
+            pending.append(entry.name)
+    return pending
+
+
 def _read_journal(stage: Path) -> dict[str, list[str]] | None:
     try:
         journal = json.loads((stage / JOURNAL).read_text())

@@ -212,7 +212,8 @@ def _check_external_extents(model_path: Path, initializers: tuple[TensorInfo, ..
                     raise InvalidModel(f"{model_path}: external data file {tensor.external.location!r} (for {tensor.name!r}) is missing")
                 sizes[data_path] = data_path.stat().st_size
             except OSError as exc:
-                raise InvalidModel(f"{model_path}: external data file {tensor.external.location[:100]!r} cannot be read ({exc.strerror})") from None
+                raise InvalidModel(f"{model_path}: external data file {tensor.external.location[:100]!r} (for {tensor.name!r}) "
+                                   f"cannot be read ({exc.strerror})") from None
         end = tensor.external.offset + tensor.external.length
         if end > sizes[data_path]:
             raise InvalidModel(
