@@ -35,6 +35,7 @@ from ortcompile.publish import (
     OutputNames,
     Staging,
     check_destination,
+    directory_lock,
     output_error,
     prepare_output_dir,
     remove_created_dirs,
@@ -113,8 +114,9 @@ class _Job:
         except BaseException:
             remove_created_dirs(created)
             raise
-        for stale in remove_stale_stages(output_dir):
-            reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
+        with directory_lock(output_dir):  # never beside another process's publish (it recovers under the lock too)
+            for stale in remove_stale_stages(output_dir):
+                reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
         job = cls(source, ep, output_dir, names, options, overrides, require, reporter, created)

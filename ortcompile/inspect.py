@@ -102,6 +102,16 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
         raise InvalidModel(f"{path}: not a valid ONNX model ({first_line(exc)})") from exc
     if not model.HasField("graph"):
         raise InvalidModel(f"{path}: parses as protobuf but is not an ONNX model with a graph")
+    try:
+        return _report(path, model, check)
+    except (ValueError, TypeError, OSError, RuntimeError, AttributeError, OverflowError, KeyError) as exc:
+        # A field so malformed that even reporting it fails: one line, invalid input, never a traceback.
+        raise InvalidModel(f"{path}: cannot inspect this model ({type(exc).__name__}: {first_line(exc, 160)})") from exc
+
+
+def _report(path: Path, model: Any, check: bool) -> InspectReport:
+    import onnx
+
     manifest = check_manifest(path, hash_files=check)
     align, threshold = _recorded_alignment(manifest)
     data_files, alignment = _initializer_layout(model, path.parent, align, threshold)
@@ -149,8 +159,8 @@ def _initializer_layout(model: Any, directory: Path, align: int, threshold: int)
     for tensor in model.graph.initializer:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        fields = {e.key: e.value for e in tensor.external_data}
-        location, offset, length = fields.get("location", ""), int(fields.get("offset", 0) or 0), int(fields.get("length", 0) or 0)
+        fields = {_text(e.key): _text(e.value) for e in tensor.external_data}
+        location, offset, length = fields.get("location", ""), _int(fields.get("offset")), _int(fields.get("length"))
         use = files.setdefault(location, _data_file(directory, location))
         use.tensors += 1
         use.referenced_bytes += length
@@ -165,13 +175,25 @@ def _initializer_layout(model: Any, directory: Path, align: int, threshold: int)
 
 def _data_file(directory: Path, location: str) -> DataFileUse:
     use = DataFileUse(location)
-    relative = Path(location)
-    base = directory.resolve()
-    if not location or relative.is_absolute() or ".." in relative.parts or not (base / relative).resolve().is_relative_to(base):
+    try:
+        relative = Path(location)
+        base = directory.resolve()
+        if not location or relative.is_absolute() or ".." in relative.parts or not (base / relative).resolve().is_relative_to(base):
+            use.safe = False
+        elif (directory / relative).is_file():
+            use.size = (directory / relative).stat().st_size
+    except (OSError, RuntimeError, ValueError):  # symlink loops, names too long, NUL bytes: not a usable path
         use.safe = False
-    elif (directory / relative).is_file():
-        use.size = (directory / relative).stat().st_size
     return use
+
+
+def _int(value: Any, default: int = 0) -> int:
+    """A number from a protobuf string/int field; malformed values count as `default` (reported elsewhere)."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):
+        return default
+    return number
 
 
 def _attributes(node: Any) -> dict[str, Any]:
@@ -183,12 +205,12 @@ def _attributes(node: Any) -> dict[str, Any]:
 def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
     attrs = _attributes(node)
     cache = next((a.s for a in node.attribute if a.name == "ep_cache_context"), b"")
-    embed_mode = int(attrs.get("embed_mode", 1))
+    embed_mode = _int(attrs.get("embed_mode", 1), default=-1)
     entry: dict[str, Any] = {
         "name": node.name,
         "source": _text(attrs.get("source")),
         "partition_name": _text(attrs.get("partition_name")),
-        "main_context": int(attrs.get("main_context", 1)),
+        "main_context": _int(attrs.get("main_context", 1), default=-1),
         "embed_mode": embed_mode,
         "ep_sdk_version": _text(attrs.get("ep_sdk_version")),
         "blob": None,
@@ -225,7 +247,10 @@ def _value_info(value_info: Any) -> dict[str, Any]:
     dims: list[int | str] = []
     for dim in tensor_type.shape.dim:
         dims.append(int(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?"))
-    elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type) if tensor_type.elem_type else "UNDEFINED"
+    try:
+        elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type) if tensor_type.elem_type else "UNDEFINED"
+    except ValueError:
+        elem = f"unknown({tensor_type.elem_type})"
     return {"name": value_info.name, "dtype": elem.lower(), "shape": dims, "dynamic": any(isinstance(d, str) for d in dims)}
 
 

@@ -84,17 +84,49 @@ def check_manifest(model_path: Path, hash_files: bool) -> ManifestStatus:
     if not status.found:
         return status
     try:
-        status.manifest = json.loads(path.read_text())
-        entries = status.manifest["files"]
-        if status.manifest.get("format") != MANIFEST_FORMAT:
-            status.error = f"{path.name}: unknown manifest format {status.manifest.get('format')!r}"
-            return status
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
         status.error = f"{path.name}: unreadable manifest ({exc})"
         return status
-    for entry in entries:
+    if isinstance(manifest, dict) and manifest.get("format") != MANIFEST_FORMAT:
+        status.error = f"{path.name}: unknown manifest format {str(manifest.get('format'))[:60]!r}"
+        return status
+    shape_error = _shape_error(manifest)
+    if shape_error:
+        status.error = f"{path.name}: unreadable manifest ({shape_error})"
+        return status
+    status.manifest = manifest  # only a manifest of the right shape is ever read by callers
+    for entry in manifest["files"]:
         status.files.append(_check_file(model_path.parent, entry, hash_files))
     return status
+
+
+def _shape_error(manifest: Any) -> str:
+    """Why a parsed manifest is not one ortcompile wrote (hand-edited, truncated, from elsewhere), or ''."""
+    if not isinstance(manifest, dict):
+        return "not a JSON object"
+    if manifest.get("format") != MANIFEST_FORMAT:
+        return f"unknown format {str(manifest.get('format'))[:60]!r}"
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(_valid_entry(f) for f in files):
+        return "'files' must list objects with a plain name, an integer size and a sha256"
+    for key in ("options", "nodes", "versions", "input"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            return f"{key!r} must be an object"
+    layout = manifest.get("options", {}).get("layout", {})
+    if not isinstance(layout, dict):
+        return "'options.layout' must be an object"
+    for key in ("align", "align_threshold", "inline_threshold"):
+        value = layout.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "align" else 0):
+            return f"'options.layout.{key}' must be a non-negative integer"
+    return ""
+
+
+def _valid_entry(entry: Any) -> bool:
+    return (isinstance(entry, dict) and isinstance(entry.get("name"), str) and 0 < len(entry["name"]) <= 255
+            and isinstance(entry.get("size"), int) and not isinstance(entry.get("size"), bool) and entry["size"] >= 0
+            and isinstance(entry.get("sha256"), str) and isinstance(entry.get("role", ""), str))
 
 
 def _check_file(directory: Path, entry: dict[str, Any], hash_files: bool) -> FileStatus:

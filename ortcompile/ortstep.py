@@ -19,7 +19,7 @@ from ortcompile.blobs import BlobSink, callback_unsupported
 from ortcompile.datapass import DataPass
 from ortcompile.eps import ResolvedEp
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, first_line
-from ortcompile.native import native_stdout_to_stderr, configure_session_logging
+from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.publish import output_error
 from ortcompile.source import PROTOBUF_LIMIT
 

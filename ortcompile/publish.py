@@ -20,6 +20,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ortcompile.errors import OutputError
 
@@ -119,13 +120,26 @@ def _plain_name(name: str) -> bool:
     return bool(name) and len(Path(name).parts) == 1 and not Path(name).is_absolute() and name not in (".", "..")
 
 
+def _stage_owner(stage: Path) -> int | None:
+    """The pid in a stage's name, or None when the name is not one ortcompile makes."""
+    pid_text = stage.name[len(STAGE_PREFIX) :].split("-", 1)[0]
+    if not (pid_text.isascii() and pid_text.isdigit()) or len(pid_text) > 9:
+        return None
+    return int(pid_text)
+
+
+def _is_dead_stage(stage: Path) -> bool:
+    pid = _stage_owner(stage)
+    return pid is not None and stage.is_dir() and not _process_alive(pid)
+
+
 def _process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except (PermissionError, OverflowError):
+        return True  # not ours to judge: leave it alone
     return True
 
 
@@ -148,8 +162,7 @@ def remove_stale_stages(output_dir: Path) -> list[Path]:
     """
     removed = []
     for entry in sorted(output_dir.glob(STAGE_PREFIX + "*")):
-        pid_text = entry.name[len(STAGE_PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _process_alive(int(pid_text)):
+        if _is_dead_stage(entry):
             journal = _read_journal(entry)
             if journal is not None:
                 _apply_journal(entry, output_dir, journal)
@@ -163,8 +176,7 @@ def pending_publishes(output_dir: Path) -> list[str]:
     there finishes the renames. Read-only (inspect and verify report it; compile repairs it)."""
     pending = []
     for entry in sorted(output_dir.glob(STAGE_PREFIX + "*")):
-        pid_text = entry.name[len(STAGE_PREFIX) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _process_alive(int(pid_text)) and _read_journal(entry) is not None:
+        if _is_dead_stage(entry) and _read_journal(entry) is not None:
             pending.append(entry.name)
     return pending
 
@@ -176,14 +188,20 @@ def _read_journal(stage: Path) -> dict[str, list[str]] | None:
         return None
     if not isinstance(journal, dict):
         return None
-    return {key: [n for n in journal.get(key, []) if isinstance(n, str) and _plain_name(n)] for key in ("move", "delete")}
+    lists: dict[str, list[Any]] = {}
+    for key in ("move", "delete"):
+        value = journal.get(key)
+        lists[key] = value if isinstance(value, list) else []
+    return {key: [n for n in names if isinstance(n, str) and _plain_name(n)] for key, names in lists.items()}
 
 
 def _apply_journal(stage: Path, output_dir: Path, journal: dict[str, list[str]]) -> None:
     """Idempotent: files already moved are skipped, so a crash during this is recovered the same way."""
     for name in journal["move"]:
-        if (stage / name).exists():
+        try:
             os.replace(stage / name, output_dir / name)
+        except FileNotFoundError:
+            pass  # moved already (by an earlier, interrupted recovery)
     _fsync_dir(output_dir)
     for name in journal["delete"]:
         (output_dir / name).unlink(missing_ok=True)

@@ -34,7 +34,7 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, UsageError, first_line
-from ortcompile.native import native_stdout_to_stderr, configure_session_logging
+from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.sessions import require_provider
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"

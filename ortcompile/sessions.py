@@ -9,7 +9,7 @@ from typing import Any
 
 from ortcompile.eps import CPU_EP, ResolvedEp
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line
-from ortcompile.native import native_stdout_to_stderr, configure_session_logging
+from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 
 
 @dataclass

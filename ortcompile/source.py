@@ -108,13 +108,22 @@ def read_source(path: Path) -> SourceModel:
         raise InvalidModel(f"{path}: not a valid ONNX model ({first_line(exc)})") from exc
     if model.ir_version <= 0 or not model.HasField("graph") or not model.graph.node:
         raise InvalidModel(f"{path}: parses as protobuf but is not an ONNX model with a graph")
+    try:
+        return _checked_source(path, model, size)
+    except (TypeError, ValueError, AttributeError, OverflowError) as exc:
+        # protobuf hands back bytes for strings that are not UTF-8, and fuzzed fields break assumptions in
+        # ways no single check names: one line, invalid input, never a traceback.
+        raise InvalidModel(f"{path}: malformed model field ({type(exc).__name__}: {first_line(exc, 160)})") from exc
+
+
+def _checked_source(path: Path, model: Any, size: int) -> SourceModel:
     initializers = tuple(_tensor_info(t, path) for t in model.graph.initializer)
     external_files = tuple(sorted({_resolve_location(path, t.name, t.external.location) for t in initializers if t.external}))
     _check_external_extents(path, initializers)
     _check_epcontext_paths(path, model)
     initializer_names = {t.name for t in initializers}
     inputs = tuple(_input_info(vi) for vi in model.graph.input if vi.name not in initializer_names)
-    op_counts = dict(sorted(collections.Counter(n.op_type for n in model.graph.node).items()))
+    op_counts = dict(sorted(collections.Counter(str(n.op_type) for n in model.graph.node).items()))
     return SourceModel(path, initializers, inputs, external_files, size, op_counts)
 
 
@@ -145,6 +154,8 @@ def _external_ref(tensor: Any, model_path: Path, expected: int | None) -> Extern
     """`length` is optional in ONNX: without it the tensor's own size is meant."""
     fields = {e.key: e.value for e in tensor.external_data}
     name = tensor.name
+    if any(isinstance(v, bytes) or isinstance(k, bytes) for k, v in fields.items()):  # protobuf's answer to bad UTF-8
+        raise InvalidModel(f"{model_path}: initializer {name!r} has external data fields that are not valid UTF-8")
     location = fields.get("location", "")
     if not location:
         raise InvalidModel(f"{model_path}: initializer {name!r} is external but has no location")
@@ -196,7 +207,12 @@ def _check_epcontext_paths(model_path: Path, model: object) -> None:
         if "ep_cache_context" in attrs and attrs["ep_cache_context"].s:
             location = attrs["ep_cache_context"].s.decode("utf-8", errors="replace")
             blob = _resolve_location(model_path, f"EPContext node {node.name!r}", location, what="EP context path")
-            if not blob.is_file():
+            try:
+                present = blob.is_file()
+            except OSError as exc:
+                raise InvalidModel(f"{model_path}: EPContext node {node.name!r} names EP context file {location[:100]!r}, "
+                                   f"which cannot be read ({exc.strerror})") from None
+            if not present:
                 raise InvalidModel(f"{model_path}: EPContext node {node.name!r} names EP context file {location!r}, which is missing")
 
 
