@@ -316,9 +316,16 @@ def test_committed_journal_is_rolled_forward(renamed: int, two_outputs: tuple[Pa
     (stage / JOURNAL).write_text(json.dumps({"move": order, "delete": old_only}))
     for name in order[:renamed]:
         os.replace(stage / name, dest / name)
-    if 0 < renamed < len(order):  # a mix right now: `inspect --check` must not call it good
-        result = run_cli("inspect", dest / "m_ctx.onnx", "--check", env=cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}))
-        assert result.returncode == 5, result.stdout + result.stderr
+    # until a compile runs here, the directory may mix two outputs: inspect says so (read-only), --check fails
+    env = cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    before = {p.relative_to(dest).as_posix(): p.read_bytes() if p.is_file() else None for p in dest.rglob("*")}
+    result = run_cli("inspect", dest / "m_ctx.onnx", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    problems = json.loads(result.stdout)["problems"]
+    assert any("interrupted publish is pending" in p and stage.name in p for p in problems), problems
+    result = run_cli("inspect", dest / "m_ctx.onnx", "--check", env=env)
+    assert result.returncode == 5, result.stdout + result.stderr
+    assert {p.relative_to(dest).as_posix(): p.read_bytes() if p.is_file() else None for p in dest.rglob("*")} == before  # read-only
 
     other = save(mlp(seed=9), tmp_path / "src2" / "other.onnx")
     _compile(other, dest)
@@ -391,4 +398,24 @@ def test_hostile_journal_cannot_touch_files_outside(journal: object, two_outputs
     assert victim.read_text() == "must survive\n"
     assert not (tmp_path / "box" / "escape.onnx").exists()
     assert not stage_dirs(dest)
+    check_published(dest, "m")
+
+
+@pytest.mark.parametrize("name", [
+    pytest.param(".ortcompile-stage-99999999999999999999-x", id="pid-beyond-c-long"),  # hardening-15
+    pytest.param(".ortcompile-stage-0-x", id="pid-zero"),
+    pytest.param(".ortcompile-stage-", id="no-pid"),
+    pytest.param(".ortcompile-stage-12x-y", id="pid-not-a-number"),
+])
+def test_stage_like_names_do_not_break_a_compile(name: str, two_outputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Whatever else is in the output directory under a stage-like name, a compile into it works (and leaves it alone
+    unless it is provably a dead run's stage)."""
+    model, a, _ = two_outputs
+    dest = tmp_path / "dest"
+    shutil.copytree(a, dest)
+    (dest / name).mkdir()
+    (dest / name / "keep.txt").write_text("x")
+    result = run_cli("compile", model, "-o", dest, "--ep", "cpu", "--force", env=cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}))
+    assert "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr
     check_published(dest, "m")
