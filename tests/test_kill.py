@@ -212,22 +212,25 @@ def test_sigkill_at_20_moments(kill_model, tmp_path: Path) -> None:
         # stale stages of earlier kills were removed by this run if it got past planning
         if run.seen("ortcompile: compiling"):
             assert not set(previous_stale) & set(stage_dirs(out)), "a stale stage survived a later run"
-        # the destination: the previous output, or the complete new one, or a committed journal that rolls forward
+        # the destination: the previous output, or the complete new one; with a committed journal left by this run,
+        # whatever it shows now (previous, or a mix if the kill fell between renames) becomes the new output once
+        # the journal is rolled forward, as the next run does first
         now = hasher.outputs(out)
-        if now == previous_state:
+        pending = [s for s in stage_dirs(out) if s.startswith(f"{STAGE_PREFIX}{run.proc.pid}-") and (out / s / JOURNAL).exists()]
+        assert not [s for s in stage_dirs(out) if (out / s / JOURNAL).exists() and s not in pending], "an older journal was never rolled forward"
+        if pending:
+            from ortcompile.publish import remove_stale_stages
+
+            mixed = now != previous_state and not _is_complete(out, hasher, target)
+            remove_stale_stages(out)  # the killed process is gone: what any later run does first, under the lock
+            recovered += 1
+            outcome = "rolled-forward (was a mix)" if mixed else "rolled-forward (was previous)" if now == previous_state else "rolled-forward (was new)"
+            state, current = assert_complete(out, "kill", hasher, target), target
+        elif now == previous_state:
             outcome = "previous"
         else:
-            journals = [s for s in stage_dirs(out) if (out / s / JOURNAL).exists()]
-            if journals and not _is_complete(out, hasher, target):
-                from ortcompile.publish import remove_stale_stages
-
-                remove_stale_stages(out)  # what the next run does first (the killed process is gone)
-                recovered += 1
-                outcome = "rolled-forward"
-            else:
-                outcome = "new"
-            state = assert_complete(out, "kill", hasher, target)
-            current = target
+            outcome = "new"
+            state, current = assert_complete(out, "kill", hasher, target), target
         for stale in stage_dirs(out):
             pid = int(stale[len(STAGE_PREFIX):].split("-")[0])
             with pytest.raises(ProcessLookupError):
@@ -419,3 +422,19 @@ def test_stage_like_names_do_not_break_a_compile(name: str, two_outputs: tuple[P
     assert "Traceback" not in result.stderr
     assert result.returncode == 0, result.stderr
     check_published(dest, "m")
+
+
+@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/hardening-19.md: a fully applied journal left by a run killed after "
+                                       "publishing is reported as an interrupted publish")
+def test_fully_applied_journal_is_not_a_pending_publish(two_outputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """Killed after its publish completed but before its stage was removed (the large test lands there in ~1 of 5
+    kills): every rename and delete of the journal is done, so the output is complete and nothing is pending."""
+    model, _, b = two_outputs
+    dest = tmp_path / "dest"
+    shutil.copytree(b, dest)
+    stage = dest / f"{STAGE_PREFIX}{_dead_pid()}-00d0e000"
+    (stage / "replaced").mkdir(parents=True)  # the hard-link backups of the replaced files, as publish leaves them
+    order = ["m_ctx.onnx.data", "m_ctx.onnx", "m_ctx.manifest.json"]
+    (stage / JOURNAL).write_text(json.dumps({"move": order, "delete": ["m_ctx.onnx.data.1"]}))
+    result = run_cli("inspect", dest / "m_ctx.onnx", "--check", env=cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}))
+    assert result.returncode == 0, result.stdout + result.stderr
