@@ -176,9 +176,15 @@ def pending_publishes(output_dir: Path) -> list[str]:
     there finishes the renames. Read-only (inspect and verify report it; compile repairs it)."""
     pending = []
     for entry in sorted(output_dir.glob(STAGE_PREFIX + "*")):
-        if _is_dead_stage(entry) and _read_journal(entry) is not None:
+        journal = _read_journal(entry) if _is_dead_stage(entry) else None
+        if journal is not None and _journal_has_work(entry, output_dir, journal):
             pending.append(entry.name)
     return pending
+
+
+def _journal_has_work(stage: Path, output_dir: Path, journal: dict[str, list[str]]) -> bool:
+    """A staged file still waiting to move, or an old output still waiting to be deleted."""
+    return any((stage / n).exists() for n in journal["move"]) or any((output_dir / n).exists() for n in journal["delete"])
 
 
 def _read_journal(stage: Path) -> dict[str, list[str]] | None:
@@ -269,6 +275,9 @@ class Staging:
         _fsync_dir(self.output_dir)
         for name in journal["delete"]:
             (self.output_dir / name).unlink(missing_ok=True)
+        # Done: a kill from here on must not read as a pending publish, nor hold the old files' space.
+        (self.path / JOURNAL).unlink(missing_ok=True)
+        shutil.rmtree(backup, ignore_errors=True)
 
 
 def _keep_copy(path: Path, backup: Path) -> None:
