@@ -23,8 +23,8 @@ Methods:
   raw-qnn, ortcompile-qnn     the same with the QNN EP (--qnn)
   --breakdown adds ortcompile with parts switched off by monkeypatching in the child (measurement only):
   ortcompile-nodigest (no input sha256), -nohash (no output sha256), -nofsync, -floor (none of the three),
-  and with --qnn: ortcompile-qnn-nocallback (skip the EP-context write-callback attempt ORT refuses),
-  ortcompile-qnn-nocallback+nodigest.
+  and with --qnn: ortcompile-qnn-nodigest, ortcompile-qnn-nocallback (never try the EP-context write
+  callback, which ORT 1.31 refuses for every EP available here).
 """
 
 from __future__ import annotations
@@ -93,10 +93,13 @@ if "nohash" in off:  # sha256 of the files ortcompile writes (data pass and grap
     datapass.hashlib = FakeHashlib
 if "nofsync" in off:
     os.fsync = lambda fd: None
-if "nocallback" in off:  # skip the attempt with the EP-context write callback that ORT refuses for every EP here
+if "nocallback" in off:  # never try the EP-context write callback (ORT 1.31 refuses it for every EP here)
     import ortcompile.ortstep as ortstep
-    assert hasattr(ortstep, "_CALLBACK_UNSUPPORTED_EPS"), "ortcompile.ortstep._CALLBACK_UNSUPPORTED_EPS is gone: update the bench"
-    ortstep._CALLBACK_UNSUPPORTED_EPS.add("QNNExecutionProvider")
+    if hasattr(ortstep, "_CALLBACK_SUPPORT"):  # since 41ff2b6: asked once with a one-node probe
+        ortstep._CALLBACK_SUPPORT["QNNExecutionProvider"] = False
+    else:  # before: a first attempt with the whole model
+        assert hasattr(ortstep, "_CALLBACK_UNSUPPORTED_EPS"), "ortcompile.ortstep changed: update the bench"
+        ortstep._CALLBACK_UNSUPPORTED_EPS.add("QNNExecutionProvider")
 from ortcompile.cli import main
 main()
 """
@@ -106,7 +109,7 @@ main()
 QUIET_OTHER = 0.35
 
 BREAKDOWN = ["ortcompile-nodigest", "ortcompile-nohash", "ortcompile-nofsync", "ortcompile-floor"]
-BREAKDOWN_QNN = ["ortcompile-qnn-nocallback", "ortcompile-qnn-nocallback+nodigest"]
+BREAKDOWN_QNN = ["ortcompile-qnn-nodigest", "ortcompile-qnn-nocallback"]
 VARIANT_ALIASES = {"floor": "nodigest+nohash+nofsync"}
 
 
@@ -365,6 +368,7 @@ def main() -> None:
             if not (args.keep_model and model.exists()):
                 generated = (write_qnn_model if args.kind == "qnn" else write_cpu_model)(work / "src", name=name)
                 print(f"generated {model} ({generated.total_bytes / 1e9:.2f} GB) in {generated.seconds:.1f}s", flush=True)
+        commit_at_start = machine().get("ortcompile_commit")
         data_files = source_files(model)
         model_bytes = model.stat().st_size + sum(p.stat().st_size for p in data_files)
         methods = [m for m in args.methods.split(",") if m] + (BREAKDOWN if args.breakdown else [])
@@ -389,9 +393,12 @@ def main() -> None:
         print()
         print_table(table, extra, f"{model.name}: {model_bytes / 1e9:.2f} GB, {len(data_files)} data file(s), page cache {state}, "
                                   f"medians of {args.reps} (QNN: {args.qnn_reps if args.qnn else 0})")
+        info = machine()
+        if info.get("ortcompile_commit") != commit_at_start:
+            print(f"bench: WARNING: the repository moved from {commit_at_start} to {info.get('ortcompile_commit')} during the run")
         if args.json_path:
             Path(args.json_path).write_text(json.dumps({
-                "model": str(model), "model_bytes": model_bytes, "cache": state, "machine": machine(),
+                "model": str(model), "model_bytes": model_bytes, "cache": state, "machine": info, "commit_at_start": commit_at_start,
                 "argv": sys.argv[1:], "samples": [asdict(s) for s in samples], "summary": table, "ratios": extra,
             }, indent=2) + "\n")
     finally:
