@@ -424,8 +424,6 @@ def test_stage_like_names_do_not_break_a_compile(name: str, two_outputs: tuple[P
     check_published(dest, "m")
 
 
-@pytest.mark.xfail(strict=True, reason="/tmp/ortcompile-bugs/hardening-19.md: a fully applied journal left by a run killed after "
-                                       "publishing is reported as an interrupted publish")
 def test_fully_applied_journal_is_not_a_pending_publish(two_outputs: tuple[Path, Path, Path], tmp_path: Path) -> None:
     """Killed after its publish completed but before its stage was removed (the large test lands there in ~1 of 5
     kills): every rename and delete of the journal is done, so the output is complete and nothing is pending."""
