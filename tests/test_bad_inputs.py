@@ -816,6 +816,13 @@ def _staged(out: Path, suffix: str) -> bool:
 ], ids=["sigint-qnn-compiling", "sigterm-qnn-compiling", "sigint-cpu-data-pass", "sigterm-cpu-data-pass"])
 def test_interrupted_mid_compile(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
+    try:
+        _interrupt(signum, ep, when, slow_model, tmp_path, out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)  # 400 MB: pytest keeps old tmp dirs
+
+
+def _interrupt(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path, out: Path) -> None:
     env = cli_env({"XDG_CACHE_HOME": str(tmp_path / "x")})
     result = run_cli("compile", slow_model, "-o", out, "--ep", "cpu", "--inline-threshold", "0", env=env)  # previous output
     assert result.returncode == 0, result.stderr
