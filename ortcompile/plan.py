@@ -13,6 +13,7 @@ from ortcompile.errors import UsageError
 DEFAULT_INLINE_THRESHOLD = 1024
 DEFAULT_ALIGN = 4096
 DEFAULT_ALIGN_THRESHOLD = 1 << 20
+MAX_ALIGN = 16 << 20  # beyond huge-page sizes, alignment only wastes disk
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,8 @@ class LayoutPolicy:
             raise UsageError("--inline-threshold must be 0 or more bytes")
         if self.align <= 0 or self.align & (self.align - 1):
             raise UsageError(f"--align must be a power of two, got {self.align}")
+        if self.align > MAX_ALIGN:
+            raise UsageError(f"--align {self.align} is larger than {MAX_ALIGN} (16 MiB): every large tensor would be padded to it")
         if self.align_threshold < 0:
             raise UsageError("--align-threshold must be 0 or more bytes")
         if self.shard_size is not None and self.shard_size <= 0:
