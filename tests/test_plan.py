@@ -148,9 +148,16 @@ def test_bad_policy_values_raise_usage_error(field: str, value: int, option: str
     assert raised.value.message.startswith(option)
 
 
-@pytest.mark.parametrize("align", [1, 2, 4096, 65536, 1 << 30])
+@pytest.mark.parametrize("align", [1, 2, 4096, 65536, 16 << 20])
 def test_powers_of_two_are_valid_alignments(align: int) -> None:
     assert LayoutPolicy(align=align).align == align
+
+
+@pytest.mark.parametrize("align", [32 << 20, 1 << 30])
+def test_alignments_past_16_mib_are_refused(align: int) -> None:
+    # --align 1G --align-threshold 0 once padded a 32 KB model into a 1 GB data file.
+    with pytest.raises(UsageError, match="larger than 16777216"):
+        LayoutPolicy(align=align)
 
 
 def test_policy_is_immutable() -> None:
