@@ -324,11 +324,27 @@ def machine() -> dict[str, Any]:
     return info
 
 
-def resummarize(path: str) -> None:
-    """Print the table again from a --json file (e.g. after changing the summary)."""
+def markdown_table(table: dict[str, dict[str, Any]]) -> str:
+    lines = ["| method | n | wall s, median | quiet median (n) | min–max | peak RSS MiB | user s | sys s | other cores | inner timings, median s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for method, row in table.items():
+        inner = ", ".join(f"{k} {row[k]:.2f}" for k in ("compile_to_file", "compile", "data_pass", "graph_pass", "publish") if k in row)
+        lines.append(f"| {method} | {row['n']} | {row['wall']:.2f} | {row['wall_quiet']:.2f} ({row['n_quiet']}) | "
+                     f"{row['wall_min']:.2f}–{row['wall_max']:.2f} | {row['peak_rss_mib']:.0f} | {row['user']:.2f} | {row['sys']:.2f} | "
+                     f"{row['other']:.2f} | {inner} |")
+    return "\n".join(lines)
+
+
+def resummarize(path: str, markdown: bool = False) -> None:
+    """Print the table again from a --json file (e.g. after changing the summary), or as Markdown."""
     saved = json.loads(Path(path).read_text())
     samples = [Sample(**s) for s in saved["samples"]]
     table = summarize(samples)
+    if markdown:
+        print(markdown_table(table))
+        for name, value in ratios(table).items():
+            print(f"- {name}: **{value:.2f}**")
+        return
     print_table(table, ratios(table), f"{saved['model']}: {saved['model_bytes'] / 1e9:.2f} GB, page cache {saved['cache']}")
 
 
@@ -348,9 +364,10 @@ def main() -> None:
     parser.add_argument("--keep-model", action="store_true", help="keep (and reuse) the generated model in --workdir")
     parser.add_argument("--json", dest="json_path", help="write every sample and the summary here")
     parser.add_argument("--summarize", metavar="JSON", help="only print the summary of an earlier --json file")
+    parser.add_argument("--markdown", action="store_true", help="with --summarize: as a Markdown table")
     args = parser.parse_args()
     if args.summarize:
-        resummarize(args.summarize)
+        resummarize(args.summarize, args.markdown)
         return
 
     work = Path(args.workdir or tempfile.mkdtemp(prefix="ortcompile-bench-"))
