@@ -27,6 +27,7 @@ from ortcompile.errors import CompilationFailed, VerificationFailed
 from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
 from ortcompile.incremental import why_not_up_to_date, write_stamp
 from ortcompile.manifest import InputDigest, build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.native import vm_hwm_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
 from ortcompile.plan import DataLayout
@@ -289,15 +290,8 @@ def peak_rss_bytes() -> int:
     Not ru_maxrss on Linux: exec() folds the parent's high-water mark into it, so ortcompile started by a
     big process (pytest, a build system) would report the parent's memory. VmHWM is per address space.
     """
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
+    hwm = vm_hwm_bytes()
+    if hwm is not None:
+        return hwm
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
-
-
-__all__ = ["CompileOptions", "CompileResult", "compile_model"]

@@ -79,3 +79,15 @@ def _severity() -> int:
     if _explicit_severity is not None:
         return _explicit_severity
     return 2 if _show_native_output else 4
+
+
+def vm_hwm_bytes() -> int | None:
+    """This address space's peak resident set (Linux VmHWM; reset by writing 5 to /proc/self/clear_refs)."""
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

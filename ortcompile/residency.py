@@ -34,7 +34,7 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, UsageError, first_line
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.native import configure_session_logging, native_stdout_to_stderr, vm_hwm_bytes
 from ortcompile.sessions import require_provider
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
@@ -52,14 +52,7 @@ def reset_peak_rss() -> bool:
 
 
 def peak_rss_since_reset() -> int | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
+    return vm_hwm_bytes()
 
 
 def rss_bytes() -> int:

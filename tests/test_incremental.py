@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -25,9 +24,8 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
-
 from helpers import FIXTURES
+from onnx import TensorProto, helper
 
 from ortcompile.incremental import RACY_WINDOW_NS
 
@@ -76,19 +74,6 @@ def cli(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool 
     proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     return Run(proc, time.perf_counter() - clock)
-
-
-@pytest.fixture
-def fixture_copy(tmp_path: Path):
-    """Copy a checked-in fixture into tmp_path/src (tests never touch fixtures/ or its directory)."""
-
-    def copy(name: str) -> Path:
-        target = tmp_path / "src" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(FIXTURES / name, target)
-        return target
-
-    return copy
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import onnx
 import pytest
-
 from helpers import FIXTURES, REPO
 
 from ortcompile.errors import OutputError
@@ -44,19 +43,6 @@ def project(tmp_path: Path) -> Path:
     for name in ("mlp.onnx", "split.onnx"):
         shutil.copyfile(FIXTURES / name, tmp_path / "fixtures" / name)
     return tmp_path
-
-
-@pytest.fixture
-def fixture_copy(tmp_path: Path):
-    """Copy a checked-in fixture into tmp_path/src (tests never touch fixtures/ or its directory)."""
-
-    def copy(name: str) -> Path:
-        target = tmp_path / "src" / name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(FIXTURES / name, target)
-        return target
-
-    return copy
 
 
 def _env(root: Path) -> dict[str, str]:
