@@ -96,7 +96,7 @@ class CompiledArtifact:
         return len(self.graph) + sum(len(b) for b in self.buffers.values())
 
 
-def planned_capacity(source: SourceModel, policy: LayoutPolicy) -> int:
+def planned_capacity(source: SourceModel, policy: LayoutPolicy, model: Any = None) -> int:
     """An upper bound on the bytes pass 1 can write: every tensor ORT may hand over, each padded at most once.
 
     ORT asks about main-graph initializers, but also about Constant nodes (it turns them into initializers)
@@ -104,26 +104,29 @@ def planned_capacity(source: SourceModel, policy: LayoutPolicy) -> int:
     """
     layout = DataLayout(LayoutPolicy(policy.inline_threshold, policy.align, policy.align_threshold, None))
     total = 0
-    for nbytes, element_size in _all_tensor_sizes(source.path):
+    for nbytes, element_size in _all_tensor_sizes(model if model is not None else _graph_only(source.path)):
         if not layout.is_inline(nbytes):
             total += nbytes + policy.alignment_for(nbytes, element_size) - 1
     return total
 
 
-def _main_graph_tensor_names(model_path: Path) -> set[str]:
-    """Initializers and Constant outputs of the main graph: ORT (1.31) serves only these from in-memory
-    buffers; a subgraph initializer with external data would be looked up on disk, so it stays inline."""
+def _graph_only(model_path: Path) -> Any:
     import onnx
 
-    graph = onnx.load_model(str(model_path), load_external_data=False).graph
+    return onnx.load_model(str(model_path), load_external_data=False)
+
+
+def _main_graph_tensor_names(model: Any) -> set[str]:
+    """Initializers and Constant outputs of the main graph: ORT (1.31) serves only these from in-memory
+    buffers; a subgraph initializer with external data would be looked up on disk, so it stays inline."""
+    graph = model.graph
     return {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
 
 
-def _all_tensor_sizes(model_path: Path) -> list[tuple[int, int]]:
+def _all_tensor_sizes(model: Any) -> list[tuple[int, int]]:
     """(bytes, element size) of every tensor in the model: initializers and Constant values, in every graph."""
     import onnx
 
-    model = onnx.load_model(str(model_path), load_external_data=False)
     sizes: list[tuple[int, int]] = []
     graphs = [model.graph]
     while graphs:
@@ -183,11 +186,13 @@ def compile_to_buffers(
     policy = LayoutPolicy(inline_threshold, align, align_threshold, None)
     overrides = dimension_overrides(source, fix_dims or {}, fix_shapes or {})
     names = OutputNames.for_source(source.path)
-    capacity = planned_capacity(source, policy)
+    model_proto = _graph_only(source.path)  # parsed once for the plan and the inline rule
+    capacity = planned_capacity(source, policy, model_proto)
     sinks: list[MemorySink] = []  # a fresh sink per attempt (ORT may refuse the blob callback and we retry)
     fallback_used = False
 
-    main_graph = _main_graph_tensor_names(source.path)
+    main_graph = _main_graph_tensor_names(model_proto)
+    del model_proto
 
     def new_data_pass() -> DataPass:
         sinks.append(MemorySink(capacity))
