@@ -71,14 +71,14 @@ import os, sys
 from pathlib import Path
 off = set(sys.argv[1].split("+"))
 sys.argv = ["ortcompile", *sys.argv[2:]]
-import ortcompile.compiler as compiler, ortcompile.datapass as datapass, ortcompile.manifest as manifest
+import ortcompile.compile.job as compiler, ortcompile.compile.datapass as datapass, ortcompile.output.manifest as manifest
 if "nodigest" in off:  # the input's sha256 (a thread that reads the whole source during the compile)
     def fake_digest(model, files):
         paths = [Path(model), *files]
         return manifest.InputDigest(tuple((p.name, 0, "0" * 64) for p in paths),
                                     tuple({"size": 0, "mtime_ns": 0, "ctime_ns": 0, "ino": 0, "dev": 0} for _ in paths), 0)
     names = [n for n in ("digest_inputs", "digest_inputs_in_background") if hasattr(compiler, n)]
-    assert names, "ortcompile.compiler has no digest_inputs*: update the bench"
+    assert names, "ortcompile.compile.job has no digest_inputs*: update the bench"
     for name in names:
         setattr(compiler, name, fake_digest)
 if "nohash" in off:  # sha256 of the files ortcompile writes (data pass and graph pass)
@@ -89,16 +89,16 @@ if "nohash" in off:  # sha256 of the files ortcompile writes (data pass and grap
     class FakeHashlib:
         @staticmethod
         def sha256(*args): return NoHash()
-    assert hasattr(datapass, "hashlib"), "ortcompile.datapass does not use hashlib: update the bench"
+    assert hasattr(datapass, "hashlib"), "ortcompile.compile.datapass does not use hashlib: update the bench"
     datapass.hashlib = FakeHashlib
 if "nofsync" in off:
     os.fsync = lambda fd: None
 if "nocallback" in off:  # never try the EP-context write callback (ORT 1.31 refuses it for every EP here)
-    import ortcompile.ortstep as ortstep
+    import ortcompile.compile.ortstep as ortstep
     if hasattr(ortstep, "_CALLBACK_SUPPORT"):  # since 41ff2b6: asked once with a one-node probe
         ortstep._CALLBACK_SUPPORT["QNNExecutionProvider"] = False
     else:  # before: a first attempt with the whole model
-        assert hasattr(ortstep, "_CALLBACK_UNSUPPORTED_EPS"), "ortcompile.ortstep changed: update the bench"
+        assert hasattr(ortstep, "_CALLBACK_UNSUPPORTED_EPS"), "ortcompile.compile.ortstep changed: update the bench"
         ortstep._CALLBACK_UNSUPPORTED_EPS.add("QNNExecutionProvider")
 from ortcompile.cli import main
 main()

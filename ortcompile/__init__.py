@@ -7,22 +7,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from ortcompile.version import __version__
 
 if TYPE_CHECKING:
-    from ortcompile.buffers import CompiledArtifact, compile_to_buffers, open_session
-    from ortcompile.compiler import compile_model
+    from ortcompile.compile.buffers import CompiledArtifact, compile_to_buffers, open_session
+    from ortcompile.compile.job import compile_model
+    from ortcompile.compile.layout import LayoutPolicy
     from ortcompile.options import CompileOptions, CompileResult
-    from ortcompile.plan import LayoutPolicy
 
 _LAZY = {
     "CompileOptions": "ortcompile.options",
     "CompileResult": "ortcompile.options",
-    "compile_model": "ortcompile.compiler",
-    "LayoutPolicy": "ortcompile.plan",
-    "CompiledArtifact": "ortcompile.buffers",
-    "compile_to_buffers": "ortcompile.buffers",
-    "open_session": "ortcompile.buffers",
+    "compile_model": "ortcompile.compile.job",
+    "LayoutPolicy": "ortcompile.compile.layout",
+    "CompiledArtifact": "ortcompile.compile.buffers",
+    "compile_to_buffers": "ortcompile.compile.buffers",
+    "open_session": "ortcompile.compile.buffers",
 }
 
 

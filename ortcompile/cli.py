@@ -158,12 +158,12 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
                     require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool, depfile: str | None, verify: bool, rtol: float, atol: float,
                     quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
+    from ortcompile.compile.layout import LayoutPolicy
+    from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
     from ortcompile.eps import parse_ep_options
     from ortcompile.native import set_ort_log_level
     from ortcompile.options import CompileOptions, Tolerance
-    from ortcompile.plan import LayoutPolicy
     from ortcompile.progress import TerminalReporter
-    from ortcompile.shapes import parse_fix_dims, parse_fix_shapes
 
     set_ort_log_level(verbose)
     options = CompileOptions(
@@ -181,19 +181,19 @@ def compile_command(models: tuple[str, ...], output_dir: str, ep: str, ep_option
     )
     results = []
     if share_weights:
-        from ortcompile.sharing import compile_shared
+        from ortcompile.compile.sharing import compile_shared
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
         reporter = TerminalReporter(show_progress=not quiet and not as_json, verbose=verbose)
         results = compile_shared([Path(m) for m in models], Path(output_dir), options, reporter)
     else:
-        from ortcompile.batch import compile_batch
+        from ortcompile.compile.batch import compile_batch
 
         make_reporter = functools.partial(TerminalReporter, show_progress=not quiet and not as_json, verbose=verbose)
         results = compile_batch(list(models), output_dir, options, make_reporter, verbose)
     if depfile:
-        from ortcompile.incremental import depfile_rule, write_depfile
+        from ortcompile.output.incremental import depfile_rule, write_depfile
 
         write_depfile(Path(depfile), [depfile_rule(r.model_path, r.inputs) for r in results])
     if as_json:
@@ -225,7 +225,7 @@ def _summary_line(result: Any) -> str:
 @reports_errors
 def inspect_command(model: str, check: bool, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Show what MODEL contains, from its graph proto alone (weights are never read)."""
-    from ortcompile.inspect import inspect_model
+    from ortcompile.readback.inspect import inspect_model
     from ortcompile.render import inspect_text
 
     report = inspect_model(model, check=check).to_json()
@@ -253,12 +253,12 @@ def inspect_command(model: str, check: bool, quiet: bool, verbose: bool, as_json
 def verify_command(compiled: str, reference: str, ep: str | None, seed: int, runs: int, fix_dims: tuple[str, ...], time_source: bool,
                    rtol: float, atol: float, quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Check COMPILED against its manifest, then its outputs against the source on the CPU EP (exit 5 on mismatch)."""
+    from ortcompile.compile.shapes import parse_fix_dims
     from ortcompile.errors import VerificationFailed
     from ortcompile.native import set_ort_log_level
     from ortcompile.options import Tolerance
+    from ortcompile.readback.verify import verify_model
     from ortcompile.render import verify_text
-    from ortcompile.shapes import parse_fix_dims
-    from ortcompile.verify import verify_model
 
     set_ort_log_level(verbose)
     result = verify_model(compiled, reference, ep=ep, tolerance=Tolerance(rtol, atol), seed=seed, runs=runs,
@@ -314,13 +314,13 @@ def bench_command(models: tuple[str, ...], memory_budget: int | None, cycles: in
                   references: tuple[str, ...], fix_dims: tuple[str, ...], seed: int, ort_log_level: int | None, rtol: float, atol: float,
                   quiet: bool, verbose: bool, as_json: bool, debug: bool) -> None:
     """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
+    from ortcompile.compile.shapes import parse_fix_dims
     from ortcompile.eps import parse_ep_options
     from ortcompile.errors import VerificationFailed
     from ortcompile.native import set_ort_log_level
     from ortcompile.options import Tolerance
-    from ortcompile.pipeline import run_pipeline
     from ortcompile.render import bench_text
-    from ortcompile.shapes import parse_fix_dims
+    from ortcompile.run.pipeline import run_pipeline
 
     set_ort_log_level(verbose, ort_log_level)
     if references and len(references) != len(models):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class OrtCompileError(Exception):
     """Base of every error ortcompile reports to a user. The message is one line."""
@@ -67,3 +69,16 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's text: ORT messages carry multi-line tracebacks."""
     text = str(exc).strip()
     return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
+def output_error(exc: OSError, what: str) -> OutputError:
+    """Turn the OS's reason into a one-line message that says what to do."""
+    hints = {
+        errno.ENOSPC: "no space left on the device; free some space or choose another -o",
+        errno.EDQUOT: "disk quota exceeded; free some space or choose another -o",
+        errno.EACCES: "permission denied; choose a writable -o",
+        errno.EPERM: "operation not permitted; choose a writable -o",
+        errno.EROFS: "read-only filesystem; choose a writable -o",
+    }
+    reason = hints.get(exc.errno or 0, exc.strerror or str(exc))
+    return OutputError(f"cannot write {what}: {reason}")

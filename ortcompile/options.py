@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.graphpass import EmbedPolicy
-from ortcompile.plan import LayoutPolicy
+from ortcompile.compile.graphpass import EmbedPolicy
+from ortcompile.compile.layout import LayoutPolicy
 
 
 @dataclass(frozen=True)

@@ -188,7 +188,6 @@ class _GraphBuilder:
 
 def _save(builder: _GraphBuilder, directory: Path, name: str, input_shape: tuple[int, ...], partitions: int,
           seed: int, pad_to: int = 1) -> BigModel:
-    import onnx
     from onnx import TensorProto, helper
 
     directory.mkdir(parents=True, exist_ok=True)

@@ -52,8 +52,8 @@ _MEASURED_CHILD = textwrap.dedent(
 
     model, feeds_path, out_path = sys.argv[1:4]
     from ortcompile import LayoutPolicy, compile_to_buffers, open_session
-    from ortcompile.buffers import planned_capacity
-    from ortcompile.source import read_source
+    from ortcompile.compile.buffers import planned_capacity
+    from ortcompile.compile.source import read_source
 
     planned = planned_capacity(read_source(__import__("pathlib").Path(model)), LayoutPolicy())
     clock = time.perf_counter()

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import FIXTURES, REPO, qnn_session, seeded_inputs
 
 DOC = REPO / "docs" / "output-layout.md"

@@ -24,7 +24,6 @@ from pathlib import Path
 
 import click
 import pytest
-
 from helpers import FIXTURES, REPO
 
 import ortcompile.errors as errors

@@ -6,7 +6,7 @@ hundreds-of-MB models). "Did nothing" is proved on disk (inode, mtime, ctime, by
 
 The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
 A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
-ortcompile/incremental.py), so tests that need a trusted stamp wait that window out first.
+ortcompile/output/incremental.py), so tests that need a trusted stamp wait that window out first.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import pytest
 from helpers import FIXTURES
 from onnx import TensorProto, helper
 
-from ortcompile.incremental import RACY_WINDOW_NS
+from ortcompile.output.incremental import RACY_WINDOW_NS
 
 # Runs the CLI in-process and reports, at exit, how many bytes the process read through read(2) (page cache
 # included): a check that re-hashed a 64 MiB input cannot stay under that number.

@@ -226,7 +226,7 @@ def test_sigkill_at_20_moments(kill_model, big_out: Path, tmp_path: Path) -> Non
         pending = [s for s in stage_dirs(out) if s.startswith(f"{STAGE_PREFIX}{run.proc.pid}-") and (out / s / JOURNAL).exists()]
         assert not [s for s in stage_dirs(out) if (out / s / JOURNAL).exists() and s not in pending], "an older journal was never rolled forward"
         if pending:
-            from ortcompile.publish import remove_stale_stages
+            from ortcompile.output.publish import remove_stale_stages
 
             mixed = now != previous_state and not _is_complete(out, hasher, target)
             remove_stale_stages(out)  # the killed process is gone: what any later run does first, under the lock

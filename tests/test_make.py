@@ -23,7 +23,7 @@ import pytest
 from helpers import FIXTURES, REPO
 
 from ortcompile.errors import OutputError
-from ortcompile.incremental import make_escape
+from ortcompile.output.incremental import make_escape
 
 MAKEFILE = REPO / "examples" / "Makefile"
 ORTCOMPILE = f"{shlex.quote(sys.executable)} -m ortcompile"  # the interpreter under test, not whatever is on PATH

@@ -7,8 +7,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from ortcompile.compile.layout import DataLayout, LayoutPolicy, Placement
 from ortcompile.errors import UsageError
-from ortcompile.plan import DataLayout, LayoutPolicy, Placement, data_file_name
+from ortcompile.naming import data_file_name
 
 MIB = 1 << 20
 

@@ -440,7 +440,7 @@ def test_qnn_verify_api_survives_the_crash(qnn_shared: dict[str, Any]) -> None:
     script = textwrap.dedent("""
         import json, sys
         from ortcompile.errors import CompilationFailed
-        from ortcompile.verify import verify_model
+        from ortcompile.readback.verify import verify_model
         try:
             verify_model(sys.argv[1], sys.argv[2])
         except CompilationFailed as exc:
@@ -503,7 +503,7 @@ def test_qnn_shared_batch_is_deterministic(qnn_shared: dict[str, Any], tmp_path:
 def test_compile_shared_accepts_str_paths(tmp_path: Path) -> None:
     """buffers-3: like compile_model, str paths work for the sources and the output directory."""
     from ortcompile import CompileOptions
-    from ortcompile.sharing import compile_shared
+    from ortcompile.compile.sharing import compile_shared
 
     results = compile_shared([str(MLP), str(DYNAMIC)], str(tmp_path / "out"), CompileOptions(ep="cpu"))
     assert [r.model for r in results] == ["mlp_ctx.onnx", "dynamic_ctx.onnx"]

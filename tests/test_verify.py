@@ -22,7 +22,7 @@ import onnxruntime as ort
 import pytest
 from onnx import numpy_helper
 
-from ortcompile.inputs import make_inputs
+from ortcompile.readback.inputs import make_inputs
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

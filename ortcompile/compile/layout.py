@@ -49,10 +49,6 @@ class Placement:
     nbytes: int
 
 
-def data_file_name(model_file_name: str, file_index: int) -> str:
-    return f"{model_file_name}.data" if file_index == 0 else f"{model_file_name}.data.{file_index}"
-
-
 @dataclass
 class DataLayout:
     """Hands out placements in order; remembers them for the manifest and for checks."""

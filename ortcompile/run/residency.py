@@ -35,7 +35,7 @@ import numpy as np
 from ortcompile import eps
 from ortcompile.errors import CompilationFailed, UsageError, first_line
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr, vm_hwm_bytes
-from ortcompile.sessions import require_provider
+from ortcompile.run.sessions import require_provider
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
 DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
@@ -69,7 +69,7 @@ def release_free_heap() -> None:
 
 def model_file_bytes(model: Path) -> int:
     """The model file plus every file next to it that it names (data, EP blobs): a first footprint guess."""
-    from ortcompile.inspect import inspect_model
+    from ortcompile.readback.inspect import inspect_model
 
     report = inspect_model(model)
     blobs = sum(e["blob"]["size"] or 0 for e in report.epcontext if e["blob"])
@@ -122,7 +122,7 @@ class SessionPool:
         """
         import onnxruntime as ort
 
-        from ortcompile.ortstep import tiny_static_model
+        from ortcompile.compile.ortstep import tiny_static_model
 
         before = rss_bytes()
         options = ort.SessionOptions()
@@ -259,6 +259,6 @@ class SessionPool:
 
 
 def _numpy_type(ort_type: str) -> Any:
-    from ortcompile.inputs import NUMPY_TYPES
+    from ortcompile.readback.inputs import NUMPY_TYPES
 
     return NUMPY_TYPES[ort_type]

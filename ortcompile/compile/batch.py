@@ -17,11 +17,11 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compiler import compile_model
+from ortcompile.compile.job import compile_model
 from ortcompile.errors import CompilationFailed, Interrupted, OrtCompileError, UsageError
+from ortcompile.naming import OutputNames
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.progress import Reporter
-from ortcompile.publish import OutputNames
 
 ReporterFactory = Callable[[], Reporter]
 
@@ -29,10 +29,10 @@ ReporterFactory = Callable[[], Reporter]
 def compile_batch(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions,
                   make_reporter: ReporterFactory, verbose: bool = False) -> list[CompileResult]:
     """Compile each model into `output_dir`; a single model runs in this process."""
-    stems = [OutputNames.for_source(Path(m)).stem for m in models]
-    clash = next((s for s in stems if stems.count(s) > 1), None)
+    targets = [OutputNames.for_source(Path(m)).model for m in models]
+    clash = next((t for t in targets if targets.count(t) > 1), None)
     if clash is not None:
-        raise UsageError(f"two models would both be compiled to {clash}_ctx.onnx in one directory; rename one or use two -o")
+        raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
     if len(models) == 1:
         return [compile_model(models[0], output_dir, options, make_reporter())]
     return [_compile_in_child(Path(m), Path(output_dir), options, make_reporter, verbose) for m in models]

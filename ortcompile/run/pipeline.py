@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from ortcompile.compiler import peak_rss_bytes
+from ortcompile.compile.job import peak_rss_bytes
 from ortcompile.errors import VerificationFailed
-from ortcompile.inputs import make_inputs
 from ortcompile.options import Tolerance
-from ortcompile.residency import SessionPool, peak_rss_since_reset, release_free_heap, reset_peak_rss, rss_bytes
-from ortcompile.sessions import open_timed_session
-from ortcompile.verify import OutputComparison, compare_outputs
+from ortcompile.readback.inputs import make_inputs
+from ortcompile.readback.verify import OutputComparison, compare_outputs
+from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, reset_peak_rss, rss_bytes
+from ortcompile.run.sessions import open_timed_session
 
 BENCH_FORMAT = "ortcompile-bench/1"
 

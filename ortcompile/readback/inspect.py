@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
+from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import InvalidModel, first_line
-from ortcompile.integrity import ManifestStatus, check_manifest
-from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
-from ortcompile.publish import pending_publishes
-from ortcompile.source import PROTOBUF_LIMIT
+from ortcompile.output.publish import pending_publishes
+from ortcompile.readback.integrity import ManifestStatus, check_manifest
 
 INSPECT_FORMAT = "ortcompile-inspect/1"
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ortcompile.plan import DataLayout, Placement, data_file_name
+from ortcompile.compile.layout import DataLayout, Placement
+from ortcompile.naming import data_file_name
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
 KERNEL_COPY_MIN = 1 << 20  # tensors at least this big are copied with copy_file_range when they come from a file

@@ -23,16 +23,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compiler import _Job, _node_counts, _verify_staged, _versions, compile_pass, graph_pass, peak_rss_bytes
-from ortcompile.datapass import DataPass, FileSink, WrittenFile
-from ortcompile.errors import CompilationFailed, UsageError
-from ortcompile.graphpass import GraphSummary
-from ortcompile.incremental import write_stamp
-from ortcompile.manifest import build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.compile.datapass import DataPass, FileSink, WrittenFile
+from ortcompile.compile.graphpass import GraphSummary
+from ortcompile.compile.job import _Job, _node_counts, _verify_staged, _versions, compile_pass, graph_pass, peak_rss_bytes
+from ortcompile.compile.layout import DataLayout, Placement
+from ortcompile.errors import CompilationFailed, UsageError, output_error
+from ortcompile.naming import strip_onnx
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.plan import DataLayout, Placement
+from ortcompile.output.incremental import write_stamp
+from ortcompile.output.manifest import build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.publish import Staging, output_error, remove_created_dirs
 
 SHARE_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARING = "ep.stop_share_ep_contexts"
@@ -84,9 +85,10 @@ def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | 
 
 
 def _compile_planned(jobs: list[_Job], output_dir: Path, options: CompileOptions, reporter: Reporter) -> list[CompileResult]:
-    stems = [job.names.stem for job in jobs]
-    if len(set(stems)) != len(stems):
-        raise UsageError(f"--share-weights: two models would both be named {next(s for s in stems if stems.count(s) > 1)}_ctx.onnx")
+    models = [job.names.model for job in jobs]
+    if len(set(models)) != len(models):
+        raise UsageError(f"--share-weights: two models would both be named {next(m for m in models if models.count(m) > 1)}")
+    stems = [strip_onnx(job.source.path.name) for job in jobs]
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging:
         digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
         shared = SharedDataPass(FileSink(staging.path), f"{stems[0]}_shared", DataLayout(options.layout))

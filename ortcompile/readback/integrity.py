@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.manifest import MANIFEST_FORMAT, hash_file
+from ortcompile.naming import manifest_path_for
+from ortcompile.output.manifest import MANIFEST_FORMAT, hash_file
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,6 @@ class ManifestStatus:
             "problems": self.problems,
             "files": [f.to_json() for f in self.files],
         }
-
-
-def manifest_path_for(model_path: Path) -> Path:
-    """`build/model_ctx.onnx` -> `build/model_ctx.manifest.json`."""
-    name = model_path.name
-    stem = name[: -len(".onnx")] if name.endswith(".onnx") else name
-    return model_path.with_name(f"{stem}.manifest.json")
 
 
 def check_manifest(model_path: Path, hash_files: bool) -> ManifestStatus:

@@ -11,54 +11,20 @@ the next run instead of leaving a mix of two outputs.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile.errors import OutputError
+from ortcompile.errors import OutputError, output_error
+from ortcompile.naming import OutputNames
 
 STAGE_PREFIX = ".ortcompile-stage-"
 JOURNAL = "publish.journal"  # inside a stage: the renames to finish if the publisher was killed
-
-
-@dataclass(frozen=True)
-class OutputNames:
-    """The file names one compile publishes, from the source model's stem."""
-
-    stem: str
-
-    @classmethod
-    def for_source(cls, source: Path) -> OutputNames:
-        name = source.name
-        return cls(name[: -len(".onnx")] if name.endswith(".onnx") else name)
-
-    @property
-    def model(self) -> str:
-        return f"{self.stem}_ctx.onnx"
-
-    @property
-    def manifest(self) -> str:
-        return f"{self.stem}_ctx.manifest.json"
-
-
-def output_error(exc: OSError, what: str) -> OutputError:
-    """Turn the OS's reason into a one-line message that says what to do."""
-    hints = {
-        errno.ENOSPC: "no space left on the device; free some space or choose another -o",
-        errno.EDQUOT: "disk quota exceeded; free some space or choose another -o",
-        errno.EACCES: "permission denied; choose a writable -o",
-        errno.EPERM: "operation not permitted; choose a writable -o",
-        errno.EROFS: "read-only filesystem; choose a writable -o",
-    }
-    reason = hints.get(exc.errno or 0, exc.strerror or str(exc))
-    return OutputError(f"cannot write {what}: {reason}")
 
 
 def prepare_output_dir(output_dir: Path) -> list[Path]:
@@ -109,7 +75,7 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
     for path in inputs:
         resolved = path.resolve()
         # Data files (<stem>_ctx.onnx.data[.N]) and EP blobs (<stem>_ctx_*) are named only once staged.
-        ours = resolved.parent == out and resolved.name.startswith(f"{names.stem}_ctx")
+        ours = resolved.parent == out and resolved.name.startswith(names.base)
         if resolved in targets or ours:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
     if existing and not force:

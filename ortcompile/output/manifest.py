@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile.datapass import WrittenFile
+from ortcompile.compile.datapass import WrittenFile
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
 HASH_CHUNK = 16 << 20
@@ -90,7 +90,7 @@ def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
     """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
-    from ortcompile.source import model_dir
+    from ortcompile.compile.source import model_dir
 
     base = model_dir(model_path)
     hashed_at = time.time_ns()

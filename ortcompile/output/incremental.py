@@ -29,11 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import __version__, eps
+from ortcompile.compile.source import model_dir
 from ortcompile.errors import OutputError
-from ortcompile.manifest import InputDigest, hash_file
+from ortcompile.naming import OutputNames
 from ortcompile.options import CompileOptions
-from ortcompile.publish import OutputNames
-from ortcompile.source import model_dir
+from ortcompile.output.manifest import InputDigest, hash_file
 
 RACY_WINDOW_NS = 2_000_000_000
 STAMP_FORMAT = "ortcompile-stamp/1"

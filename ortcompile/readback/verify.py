@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from ortcompile import eps
+from ortcompile.compile.shapes import dimension_overrides
+from ortcompile.compile.source import SourceModel, read_source
 from ortcompile.errors import CompilationFailed, InvalidModel, UsageError
-from ortcompile.inputs import make_inputs
-from ortcompile.inspect import inspect_model
-from ortcompile.integrity import ManifestStatus, check_manifest
 from ortcompile.options import Tolerance
-from ortcompile.sessions import open_timed_session, probe_load
-from ortcompile.shapes import dimension_overrides
-from ortcompile.source import SourceModel, read_source
+from ortcompile.readback.inputs import make_inputs
+from ortcompile.readback.inspect import inspect_model
+from ortcompile.readback.integrity import ManifestStatus, check_manifest
+from ortcompile.run.sessions import open_timed_session, probe_load
 
 VERIFY_FORMAT = "ortcompile-verify/1"
 

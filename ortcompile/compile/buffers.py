@@ -21,15 +21,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ortcompile import eps
-from ortcompile.datapass import DataPass, Target, WrittenFile
+from ortcompile.compile.datapass import DataPass, Target, WrittenFile
+from ortcompile.compile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
+from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
+from ortcompile.compile.ortstep import compile_with_ort
+from ortcompile.compile.shapes import dimension_overrides
+from ortcompile.compile.source import PROTOBUF_LIMIT, SourceModel, read_source
 from ortcompile.errors import CompilationFailed
-from ortcompile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
+from ortcompile.naming import OutputNames
 from ortcompile.native import configure_session_logging
-from ortcompile.ortstep import compile_with_ort
-from ortcompile.plan import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
-from ortcompile.publish import OutputNames
-from ortcompile.shapes import dimension_overrides
-from ortcompile.source import PROTOBUF_LIMIT, SourceModel, read_source
 
 BlobFallback = Literal["error", "tempdir"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ortcompile.datapass import HashingFile, WrittenFile
+from ortcompile.compile.datapass import HashingFile, WrittenFile
+from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import CompilationFailed, OutputError
-from ortcompile.source import PROTOBUF_LIMIT
 
 EmbedPolicy = Literal["auto", "always", "never"]
 

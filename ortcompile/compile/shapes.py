@@ -7,8 +7,8 @@ model then carries the fixed shape.
 
 from __future__ import annotations
 
+from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
-from ortcompile.source import InputInfo, SourceModel
 
 INT64_MAX = 2**63 - 1  # ONNX Runtime takes dimensions as int64
 

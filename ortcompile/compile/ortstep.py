@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile.blobs import BlobSink, callback_unsupported
-from ortcompile.datapass import DataPass
+from ortcompile.compile.blobs import BlobSink, callback_unsupported
+from ortcompile.compile.datapass import DataPass
+from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.eps import ResolvedEp
-from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, first_line
+from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, first_line, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
-from ortcompile.publish import output_error
-from ortcompile.source import PROTOBUF_LIMIT
 
 NOTHING_COMPILED = "Unable to compile any nodes"
 _CALLBACK_SUPPORT: dict[str, bool] = {}  # EP name -> accepts the EP-context write callback (asked once per process)

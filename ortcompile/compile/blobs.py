@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ortcompile.datapass import WrittenFile
+from ortcompile.compile.datapass import WrittenFile
 from ortcompile.errors import CompilationFailed
 
 CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"

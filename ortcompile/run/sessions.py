@@ -68,7 +68,7 @@ def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict
 
     spec = json.dumps({"model": str(model), "ep": ep_name, "ep_options": ep_options, "dims": dims})
     try:
-        child = subprocess.run([sys.executable, "-c", "from ortcompile.sessions import _probe_main; _probe_main()", spec],
+        child = subprocess.run([sys.executable, "-c", "from ortcompile.run.sessions import _probe_main; _probe_main()", spec],
                                capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         return f"loading did not finish within {timeout:.0f} s"

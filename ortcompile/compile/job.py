@@ -22,28 +22,27 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import __version__, eps
-from ortcompile.datapass import DataPass, FileSink, WrittenFile
-from ortcompile.errors import CompilationFailed, VerificationFailed
-from ortcompile.graphpass import EmbedPolicy, GraphSummary, write_graph
-from ortcompile.incremental import why_not_up_to_date, write_stamp
-from ortcompile.manifest import InputDigest, build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.compile.datapass import DataPass, FileSink, WrittenFile
+from ortcompile.compile.graphpass import EmbedPolicy, GraphSummary, write_graph
+from ortcompile.compile.layout import DataLayout
+from ortcompile.compile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
+from ortcompile.compile.shapes import dimension_overrides, dynamic_inputs_hint
+from ortcompile.compile.source import SourceModel, read_source
+from ortcompile.errors import CompilationFailed, VerificationFailed, output_error
+from ortcompile.naming import OutputNames
 from ortcompile.native import vm_hwm_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
-from ortcompile.plan import DataLayout
-from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.publish import (
-    OutputNames,
+from ortcompile.output.incremental import why_not_up_to_date, write_stamp
+from ortcompile.output.manifest import InputDigest, build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.output.publish import (
     Staging,
     check_destination,
     directory_lock,
-    output_error,
     prepare_output_dir,
     remove_created_dirs,
     remove_stale_stages,
 )
-from ortcompile.shapes import dimension_overrides, dynamic_inputs_hint
-from ortcompile.source import SourceModel, read_source
+from ortcompile.progress import Reporter, SilentReporter
 
 
 def compile_model(
@@ -239,7 +238,7 @@ def graph_pass(job: _Job, staging_dir: Path, graph_proto: bytes, embed: EmbedPol
 
 def _verify_staged(job: _Job, model: Path) -> None:
     """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
-    from ortcompile.verify import verify_model  # numpy and sessions: only when asked
+    from ortcompile.readback.verify import verify_model  # numpy and sessions: only when asked
 
     job.reporter.stage("verifying against the source")
     clock = time.perf_counter()
