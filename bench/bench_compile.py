@@ -71,7 +71,7 @@ import os, sys
 from pathlib import Path
 off = set(sys.argv[1].split("+"))
 sys.argv = ["ortcompile", *sys.argv[2:]]
-import ortcompile.compile.job as compiler, ortcompile.compile.datapass as datapass, ortcompile.output.manifest as manifest
+import ortcompile.compile.job as compiler, ortcompile.compile.datapass as datapass, ortcompile.output.digest as manifest
 if "nodigest" in off:  # the input's sha256 (a thread that reads the whole source during the compile)
     def fake_digest(model, files):
         paths = [Path(model), *files]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortcompile.compile.graphpass import EmbedPolicy
 from ortcompile.compile.layout import LayoutPolicy
+
+if TYPE_CHECKING:
+    from ortcompile.output.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -66,17 +69,15 @@ class CompileResult:
     up_to_date: bool = False
 
     @classmethod
-    def from_manifest(cls, source: Path, output_dir: Path, manifest: dict[str, Any], seconds: float, peak_rss: int) -> CompileResult:
+    def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
         """The result of a compile that found its output current and did nothing."""
-        nodes, inits = manifest.get("nodes", {}), manifest.get("initializers", {})
-        model = manifest["model"]
         return cls(
-            source=source, output_dir=output_dir, model=model, ep=manifest["versions"]["ep"]["name"],
-            ep_version=manifest["versions"]["ep"]["version"], files=manifest["files"],
-            epcontext_nodes=nodes.get("epcontext", 0), remaining_ops=nodes.get("remaining_ops", {}),
-            graph_bytes=(output_dir / model).stat().st_size, external_initializers=inits.get("external", 0),
-            inline_initializers=inits.get("inline", 0), timings={"check": seconds}, peak_rss_bytes=peak_rss,
-            inputs=[source.parent / f["name"] for f in manifest["input"]["files"]], up_to_date=True,
+            source=source, output_dir=output_dir, model=manifest.model, ep=manifest.versions.ep_name,
+            ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
+            epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
+            graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
+            inline_initializers=manifest.initializers.get("inline", 0), timings={"check": seconds}, peak_rss_bytes=peak_rss,
+            inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
         )
 
     @property

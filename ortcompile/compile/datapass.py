@@ -15,25 +15,18 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
+from ortcompile.output.digest import WrittenFile
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
 KERNEL_COPY_MIN = 1 << 20  # tensors at least this big are copied with copy_file_range when they come from a file
 _ZEROS = bytes(1 << 16)
 
 Progress = Callable[[int], None]
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    name: str  # relative to the output directory
-    size: int
-    sha256: str
 
 
 class HashingFile:

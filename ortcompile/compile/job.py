@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import os
 import resource
 import sys
@@ -32,8 +31,9 @@ from ortcompile.errors import CompilationFailed, VerificationFailed, output_erro
 from ortcompile.naming import OutputNames
 from ortcompile.native import vm_hwm_bytes
 from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.output.digest import InputDigest, digest_inputs_in_background, hash_and_sync
 from ortcompile.output.incremental import why_not_up_to_date, write_stamp
-from ortcompile.output.manifest import InputDigest, build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.output.manifest import Manifest, Versions, file_entries
 from ortcompile.output.publish import (
     Staging,
     check_destination,
@@ -78,8 +78,8 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
     if reason:
         reporter.detail(f"{source.name}: rebuilding: {reason}")
         return None
-    manifest = json.loads((output_dir / OutputNames.for_source(source).manifest).read_text())
-    reporter.stage(f"{output_dir / manifest['model']} is up to date")
+    manifest = Manifest.load(output_dir / OutputNames.for_source(source).manifest)
+    reporter.stage(f"{output_dir / manifest.model} is up to date")
     return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
 
@@ -131,16 +131,18 @@ class _Job:
         finally:
             self.reporter.close()
         clock = time.perf_counter()
-        manifest = build_manifest(
-            model_name=self.names.model,
-            files=built.files,
-            input_digest=input_digest.result(),
+        digest = input_digest.result()
+        manifest = Manifest(
+            model=self.names.model,
+            files=file_entries(built.files),
+            input_sha256=digest.combined,
+            input_files=digest.input_files,
             versions=_versions(self.ep),
             options=self.options.recorded(self.ep.info.short_name, self.require_compiled),
             nodes=_node_counts(self.source, built.graph),
             initializers={"external": built.external_count, "inline": built.inline_count},
         )
-        _write_staged(staging.path / self.names.manifest, manifest_bytes(manifest))
+        _write_staged(staging.path / self.names.manifest, manifest.to_bytes())
         if self.options.verify:
             _verify_staged(self, staging.path / self.names.model)
             clock = time.perf_counter()
@@ -156,7 +158,7 @@ class _Job:
             model=self.names.model,
             ep=self.ep.name,
             ep_version=self.ep.version,
-            files=manifest["files"],
+            files=[f.to_json() for f in manifest.files],
             epcontext_nodes=built.graph.epcontext_nodes,
             remaining_ops=built.graph.remaining_ops,
             graph_bytes=built.graph.graph_bytes,
@@ -277,10 +279,10 @@ def _write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def _versions(ep: eps.ResolvedEp) -> dict[str, Any]:
+def _versions(ep: eps.ResolvedEp) -> Versions:
     import onnxruntime as ort
 
-    return {"ortcompile": __version__, "onnxruntime": ort.__version__, "ep": {"name": ep.name, "version": ep.version}}
+    return Versions(__version__, ort.__version__, ep.name, ep.version)
 
 
 def peak_rss_bytes() -> int:

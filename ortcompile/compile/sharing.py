@@ -30,8 +30,9 @@ from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.errors import CompilationFailed, UsageError, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.output.digest import digest_inputs_in_background, hash_and_sync
 from ortcompile.output.incremental import write_stamp
-from ortcompile.output.manifest import build_manifest, digest_inputs_in_background, hash_and_sync, manifest_bytes
+from ortcompile.output.manifest import Manifest, file_entries
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
 
@@ -131,15 +132,15 @@ def _write_manifests(jobs: list[_Job], graphs: list[tuple[WrittenFile, GraphSumm
     results, models = [], []
     for job, (model_file, graph), digest in zip(jobs, graphs, digests):
         files = [(model_file, "model"), *((data_files[n], "data") for n in graph.data_locations), *((blobs[n], "ep_context") for n in graph.blob_names)]
-        manifest = build_manifest(
-            model_name=job.names.model, files=files, input_digest=digest, versions=_versions(job.ep),
+        manifest = Manifest(
+            model=job.names.model, files=file_entries(files, shared={name for name, count in users.items() if count > 1}),
+            input_sha256=digest.combined, input_files=digest.input_files, versions=_versions(job.ep),
             options=job.options.recorded(job.ep.info.short_name, job.require_compiled),
             nodes={**_node_counts(job.source, graph)},
             initializers={"external": graph.external_initializers, "inline": graph.inline_initializers},
-            shared={name for name, count in users.items() if count > 1},
         )
         try:
-            (staging_dir / job.names.manifest).write_bytes(manifest_bytes(manifest))
+            (staging_dir / job.names.manifest).write_bytes(manifest.to_bytes())
         except OSError as exc:
             raise output_error(exc, job.names.manifest) from exc
         models.append(job.names.model)
@@ -148,10 +149,10 @@ def _write_manifests(jobs: list[_Job], graphs: list[tuple[WrittenFile, GraphSumm
     return results, ordered
 
 
-def _result(job: _Job, manifest: dict[str, Any], graph: GraphSummary) -> CompileResult:
+def _result(job: _Job, manifest: Manifest, graph: GraphSummary) -> CompileResult:
     return CompileResult(
         source=job.source.path, output_dir=job.output_dir, model=job.names.model, ep=job.ep.name, ep_version=job.ep.version,
-        files=manifest["files"], epcontext_nodes=graph.epcontext_nodes, remaining_ops=graph.remaining_ops,
+        files=[f.to_json() for f in manifest.files], epcontext_nodes=graph.epcontext_nodes, remaining_ops=graph.remaining_ops,
         graph_bytes=graph.graph_bytes, external_initializers=graph.external_initializers, inline_initializers=graph.inline_initializers, timings=job.timings,
         peak_rss_bytes=peak_rss_bytes(),
         inputs=[job.source.path, *(job.source.path.parent / e.location for e in job.source.external_refs)],

@@ -33,7 +33,8 @@ from ortcompile.compile.source import model_dir
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
 from ortcompile.options import CompileOptions
-from ortcompile.output.manifest import InputDigest, hash_file
+from ortcompile.output.digest import InputDigest, hash_file
+from ortcompile.output.manifest import Manifest, ManifestError, Versions
 
 RACY_WINDOW_NS = 2_000_000_000
 STAMP_FORMAT = "ortcompile-stamp/1"
@@ -110,32 +111,32 @@ def _installed_version(distribution: str) -> str:
         return "missing"
 
 
-def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions) -> str:
+def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, names: OutputNames | None = None) -> str:
     """'' when the published output is current for this source and these options, else the reason."""
-    names = OutputNames.for_source(source)
-    manifest = _load_json(output_dir / names.manifest)
-    if not manifest:
+    names = names or OutputNames.for_source(source)
+    try:
+        manifest = Manifest.load(output_dir / names.manifest)
+    except ManifestError:
         return "no readable manifest"
     info = expected_ep(options)
-    if info is None or manifest.get("options", {}).get("ep") != info.short_name:
+    if info is None or manifest.ep != info.short_name:
         return "the execution provider differs"
     require = info.compiles if options.require_compiled is None else options.require_compiled
-    if manifest.get("options") != options.recorded(info.short_name, require):
+    if manifest.options != options.recorded(info.short_name, require):
         return "options differ"
-    versions = {"ortcompile": __version__, "onnxruntime": _installed_version("onnxruntime"),
-                "ep": {"name": info.ep_name, "version": _installed_version(info.distribution)}}
-    if manifest.get("versions") != versions:
+    versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
+    if manifest.versions != versions:
         return "ortcompile, onnxruntime or EP version differs"
-    for entry in manifest.get("files", []):
-        target = output_dir / str(entry.get("name", ""))
-        if not target.is_file() or target.stat().st_size != entry.get("size"):
-            return f"output {entry.get('name')} is missing or changed size"
+    for entry in manifest.files:
+        target = output_dir / entry.name
+        if not target.is_file() or target.stat().st_size != entry.size:
+            return f"output {entry.name} is missing or changed size"
     return _inputs_changed(source, output_dir, names, manifest)
 
 
-def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest: dict[str, Any]) -> str:
-    recorded = manifest.get("input", {}).get("files", [])
-    if not recorded or recorded[0].get("name") != source.name:
+def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest: Manifest) -> str:
+    recorded = manifest.input_files
+    if not recorded or recorded[0].name != source.name:
         return "the manifest was made from another input"
     stamp = _load_json(stamp_path(output_dir, names))
     if stamp.get("source_dir") != str(model_dir(source)):
@@ -143,19 +144,19 @@ def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest
     base = model_dir(source)
     started_ns, rehashed = time.time_ns(), False
     files, fingerprints = [], []
-    for entry in recorded:
-        path = source if entry["name"] == source.name and entry is recorded[0] else base / entry["name"]
+    for index, entry in enumerate(recorded):
+        path = source if index == 0 else base / entry.name
         if not path.is_file():
-            return f"input {entry['name']} is missing"
+            return f"input {entry.name} is missing"
         fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
-        if fingerprint.size != entry["size"]:
-            return f"input {entry['name']} changed"
-        sha = _cached_sha256(stamp, entry["name"], path)
+        if fingerprint.size != entry.size:
+            return f"input {entry.name} changed"
+        sha = _cached_sha256(stamp, entry.name, path)
         if sha is None:
             sha, rehashed = hash_file(path).sha256, True
-        if sha != entry["sha256"]:
-            return f"input {entry['name']} changed"
-        files.append((entry["name"], entry["size"], sha))
+        if sha != entry.sha256:
+            return f"input {entry.name} changed"
+        files.append((entry.name, entry.size, sha))
         fingerprints.append(fingerprint.__dict__)
     if rehashed:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
         write_stamp(output_dir, names, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))

@@ -1,136 +1,214 @@
 """The manifest beside every output: each file's size and sha256, the input digest, versions, options.
 
 It holds no timestamps and no absolute paths, so compiling the same input twice gives the same bytes.
+`Manifest.load` is the one reader: every part of ortcompile that looks at a manifest gets this typed
+record or a `ManifestError` saying, in one line, why the file is not a manifest ortcompile wrote.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.datapass import WrittenFile
+from ortcompile.naming import manifest_path_for
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
-HASH_CHUNK = 16 << 20
+ROLES = ("model", "data", "ep_context")
+_MAX_NAME = 255
 
 
-def hash_and_sync(path: Path) -> WrittenFile:
-    """For files the EP wrote (never fsynced): hash and flush to disk at once, the flush on another thread.
-
-    Everything ortcompile writes itself is fsynced before its rename; an EP's blob must be too, or a power
-    loss after publishing could leave a model whose context file is empty.
-    """
-    from concurrent.futures import ThreadPoolExecutor
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-fsync") as flusher:
-            flushed = flusher.submit(os.fsync, fd)  # waits on the disk while the hash uses the CPU
-            written = hash_file(path)
-            flushed.result()
-    finally:
-        os.close(fd)
-    return written
-
-
-def hash_file(path: Path) -> WrittenFile:
-    digest = hashlib.sha256()
-    size = 0
-    with open(path, "rb", buffering=0) as stream:
-        while chunk := stream.read(HASH_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
-    return WrittenFile(path.name, size, digest.hexdigest())
+class ManifestError(ValueError):
+    """A manifest that cannot be trusted: unreadable, hand-edited into another shape, or from elsewhere."""
 
 
 @dataclass(frozen=True)
-class InputDigest:
-    """sha256 of the model file and of every external data file it references (paths relative to it)."""
-
-    files: tuple[tuple[str, int, str], ...]  # (relative name, size, sha256)
-    fingerprints: tuple[dict[str, int], ...] = ()  # os.stat taken just before each hash (for --if-changed)
-    hashed_at_ns: int = 0
-
-    @property
-    def combined(self) -> str:
-        digest = hashlib.sha256()
-        for name, size, sha in self.files:
-            digest.update(f"{name}\0{size}\0{sha}\n".encode())
-        return digest.hexdigest()
+class FileEntry:
+    name: str  # a plain file name inside the output directory
+    role: str  # model | data | ep_context
+    size: int
+    sha256: str
+    shared: bool | None = None  # --share-weights: also used by other models of the batch (None: not a batch)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "sha256": self.combined,
-            "files": [{"name": n, "size": s, "sha256": h} for n, s, h in self.files],
+        entry: dict[str, Any] = {"name": self.name, "role": self.role, "size": self.size, "sha256": self.sha256}
+        if self.shared is not None:
+            entry["shared"] = self.shared
+        return entry
+
+
+@dataclass(frozen=True)
+class InputFile:
+    name: str  # relative to the source model's directory (the model itself first)
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Versions:
+    ortcompile: str
+    onnxruntime: str
+    ep_name: str
+    ep_version: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ortcompile": self.ortcompile, "onnxruntime": self.onnxruntime, "ep": {"name": self.ep_name, "version": self.ep_version}}
+
+
+@dataclass(frozen=True)
+class Manifest:
+    model: str
+    files: tuple[FileEntry, ...]
+    input_sha256: str
+    input_files: tuple[InputFile, ...]
+    versions: Versions
+    options: dict[str, Any]  # what shaped the output (CompileOptions.recorded): compared whole by --if-changed
+    nodes: dict[str, Any] = field(default_factory=dict)  # epcontext count, compiled_ops, remaining_ops
+    initializers: dict[str, int] = field(default_factory=dict)  # external / inline counts
+    prepare: dict[str, Any] | None = None  # what the prepare step did to the graph before the EP saw it
+    check: dict[str, Any] | None = None  # what the pre-publish check proved (mode, result)
+
+    # ---------------------------------------------------------------- reading
+
+    @classmethod
+    def load(cls, path: Path) -> Manifest:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ManifestError(f"{path.name}: unreadable manifest ({exc})") from None
+        try:
+            return cls.from_json(document)
+        except ManifestError as exc:
+            raise ManifestError(f"{path.name}: {exc}") from None
+
+    @classmethod
+    def beside(cls, model_path: Path) -> Manifest | None:
+        """The manifest next to a compiled model, None when there is none (errors still raise)."""
+        path = manifest_path_for(model_path)
+        return cls.load(path) if path.is_file() else None
+
+    @classmethod
+    def from_json(cls, document: Any) -> Manifest:
+        if not isinstance(document, dict):
+            raise ManifestError("unreadable manifest (not a JSON object)")
+        if document.get("format") != MANIFEST_FORMAT:
+            raise ManifestError(f"unknown manifest format {str(document.get('format'))[:60]!r}")
+        for key in ("options", "nodes", "versions", "input", "initializers", "prepare", "check"):
+            if document.get(key) is not None and not isinstance(document[key], dict):
+                raise ManifestError(f"unreadable manifest ({key!r} must be an object)")
+        model = document.get("model")
+        if not _plain(model):
+            raise ManifestError("unreadable manifest ('model' must be a plain file name)")
+        options = document.get("options") or {}
+        _check_layout(options)
+        return cls(
+            model=model,
+            files=tuple(_file_entry(f) for f in _list(document.get("files"), "files")),
+            input_sha256=str((document.get("input") or {}).get("sha256", "")),
+            input_files=tuple(_input_file(f) for f in _list((document.get("input") or {}).get("files", []), "input.files")),
+            versions=_versions(document.get("versions") or {}),
+            options=options,
+            nodes=document.get("nodes") or {},
+            initializers=document.get("initializers") or {},
+            prepare=document.get("prepare"),
+            check=document.get("check"),
+        )
+
+    # ---------------------------------------------------------------- questions readers ask
+
+    def names(self, role: str | None = None) -> list[str]:
+        return [f.name for f in self.files if role is None or f.role == role]
+
+    @property
+    def shared_names(self) -> set[str]:
+        return {f.name for f in self.files if f.shared}
+
+    @property
+    def shares_ep_context(self) -> bool:
+        """Part of a --share-weights batch whose EP context several models use."""
+        return any(f.role == "ep_context" and f.shared for f in self.files)
+
+    @property
+    def ep(self) -> str:
+        """The short EP name the output was compiled for."""
+        return str(self.options.get("ep", ""))
+
+    @property
+    def layout(self) -> dict[str, Any]:
+        return self.options.get("layout") or {}
+
+    # ---------------------------------------------------------------- writing
+
+    def with_check(self, check: dict[str, Any] | None) -> Manifest:
+        return replace(self, check=check)
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "model": self.model,
+            "files": [f.to_json() for f in self.files],
+            "input": {"sha256": self.input_sha256, "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in self.input_files]},
+            "versions": self.versions.to_json(),
+            "options": self.options,
+            "nodes": self.nodes,
+            "initializers": self.initializers,
         }
+        if self.prepare is not None:
+            document["prepare"] = self.prepare
+        if self.check is not None:
+            document["check"] = self.check
+        return document
+
+    def to_bytes(self) -> bytes:
+        return (json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n").encode()
 
 
-def _fingerprint(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino, "dev": st.st_dev}
+def file_entries(files: Iterable[tuple[Any, str]], shared: set[str] | None = None) -> tuple[FileEntry, ...]:
+    """(WrittenFile, role) pairs as manifest entries; with `shared`, a --share-weights batch's marks."""
+    return tuple(FileEntry(f.name, role, f.size, f.sha256, None if shared is None else f.name in shared) for f, role in files)
 
 
-def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """digest_inputs at idle CPU priority: it fills the gaps while the EP compiles instead of competing with
-    the data pass for the cores (hashing gigabytes costs as much CPU as copying them)."""
-    import threading
-
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)  # this thread only (Linux)
-    except (OSError, AttributeError):
-        pass
-    return digest_inputs(model_path, external_files)
+def _plain(name: Any) -> bool:
+    return isinstance(name, str) and 0 < len(name) <= _MAX_NAME and "/" not in name and "\\" not in name and "\0" not in name and name not in (".", "..")
 
 
-def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
-    from ortcompile.compile.source import model_dir
-
-    base = model_dir(model_path)
-    hashed_at = time.time_ns()
-    entries, fingerprints = [], []
-    for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
-        fingerprints.append(_fingerprint(path))
-        written = hash_file(path)
-        entries.append((name, written.size, written.sha256))
-    return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
+def _int(value: Any, minimum: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
 
-def build_manifest(
-    *,
-    model_name: str,
-    files: list[tuple[WrittenFile, str]],
-    input_digest: InputDigest,
-    versions: dict[str, Any],
-    options: dict[str, Any],
-    nodes: dict[str, Any],
-    initializers: dict[str, int],
-    shared: set[str] | None = None,
-) -> dict[str, Any]:
-    """`shared`: names of files other models of a --share-weights batch reference too."""
-    entries = []
-    for f, role in files:
-        entry: dict[str, Any] = {"name": f.name, "role": role, "size": f.size, "sha256": f.sha256}
-        if shared is not None:
-            entry["shared"] = f.name in shared
-        entries.append(entry)
-    return {
-        "format": MANIFEST_FORMAT,
-        "model": model_name,
-        "files": entries,
-        "input": input_digest.to_json(),
-        "versions": versions,
-        "options": options,
-        "nodes": nodes,
-        "initializers": initializers,
-    }
+def _list(value: Any, what: str) -> list[Any]:
+    if not isinstance(value, list):
+        raise ManifestError(f"unreadable manifest ({what!r} must be a list)")
+    return value
 
 
-def manifest_bytes(manifest: dict[str, Any]) -> bytes:
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
+def _file_entry(entry: Any) -> FileEntry:
+    valid = (isinstance(entry, dict) and _plain(entry.get("name")) and _int(entry.get("size")) and isinstance(entry.get("sha256"), str)
+             and entry.get("role", "data") in ROLES and isinstance(entry.get("shared", False), bool))
+    if not valid:
+        raise ManifestError("unreadable manifest ('files' must list objects with a plain name, a known role, an integer size and a sha256)")
+    return FileEntry(entry["name"], entry.get("role", "data"), entry["size"], entry["sha256"], entry.get("shared"))
+
+
+def _input_file(entry: Any) -> InputFile:
+    if not (isinstance(entry, dict) and isinstance(entry.get("name"), str) and _int(entry.get("size")) and isinstance(entry.get("sha256"), str)):
+        raise ManifestError("unreadable manifest ('input.files' must list objects with a name, a size and a sha256)")
+    return InputFile(entry["name"], entry["size"], entry["sha256"])
+
+
+def _versions(versions: dict[str, Any]) -> Versions:
+    ep = versions.get("ep") or {}
+    if not isinstance(ep, dict):
+        raise ManifestError("unreadable manifest ('versions.ep' must be an object)")
+    return Versions(str(versions.get("ortcompile", "")), str(versions.get("onnxruntime", "")), str(ep.get("name", "")), str(ep.get("version", "")))
+
+
+def _check_layout(options: dict[str, Any]) -> None:
+    layout = options.get("layout", {})
+    if not isinstance(layout, dict):
+        raise ManifestError("unreadable manifest ('options.layout' must be an object)")
+    for key in ("align", "align_threshold", "inline_threshold"):
+        if key in layout and not _int(layout[key], 1 if key == "align" else 0):
+            raise ManifestError(f"unreadable manifest ('options.layout.{key}' must be a non-negative integer)")

@@ -22,6 +22,7 @@ from typing import Any
 
 from ortcompile.errors import OutputError, output_error
 from ortcompile.naming import OutputNames
+from ortcompile.output.manifest import Manifest, ManifestError
 
 STAGE_PREFIX = ".ortcompile-stage-"
 JOURNAL = "publish.journal"  # inside a stage: the renames to finish if the publisher was killed
@@ -57,9 +58,8 @@ def previous_outputs(output_dir: Path, names: OutputNames) -> list[str]:
     manifest = output_dir / names.manifest
     if manifest.is_file():
         try:
-            recorded = json.loads(manifest.read_text())
-            found += [f["name"] for f in recorded.get("files", []) if _plain_name(f.get("name", ""))]
-        except (OSError, ValueError, AttributeError, TypeError):
+            found += Manifest.load(manifest).names()
+        except ManifestError:
             pass  # an unreadable manifest is replaced; its files are found by name below
         found.append(names.manifest)
     if (output_dir / names.model).exists():

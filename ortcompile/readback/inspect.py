@@ -116,7 +116,7 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
     align, threshold = _recorded_alignment(manifest)
     data_files, alignment = _initializer_layout(model, path.parent, align, threshold)
     epcontext = [_epcontext_entry(n, path.parent) for n in model.graph.node if n.op_type == "EPContext"]
-    shared = {f.get("name") for f in manifest.manifest.get("files", []) if f.get("shared")} if manifest.manifest else set()
+    shared = manifest.manifest.shared_names if manifest.manifest else set()
     for entry in epcontext:
         if entry["blob"]:
             entry["blob"]["shared"] = entry["blob"]["location"] in shared  # --share-weights: other models use it too
@@ -147,7 +147,7 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
 
 
 def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:
-    layout = manifest.manifest.get("options", {}).get("layout", {}) if manifest.manifest else {}
+    layout = manifest.manifest.layout if manifest.manifest else {}
     return int(layout.get("align", DEFAULT_ALIGN)), int(layout.get("align_threshold", DEFAULT_ALIGN_THRESHOLD))
 
 
@@ -227,7 +227,7 @@ def _compiled_ops(manifest: ManifestStatus, epcontext: list[dict[str, Any]]) -> 
     """Op types the EPContext nodes replaced: none without such nodes; from the manifest, else unknown (None)."""
     if not epcontext:
         return {}
-    return manifest.manifest.get("nodes", {}).get("compiled_ops") if manifest.manifest else None
+    return manifest.manifest.nodes.get("compiled_ops") if manifest.manifest else None
 
 
 def _epcontext_by_source(model: Any) -> dict[str, int]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ortcompile.naming import manifest_path_for
-from ortcompile.output.manifest import MANIFEST_FORMAT, hash_file
+from ortcompile.output.digest import hash_file
+from ortcompile.output.manifest import FileEntry, Manifest, ManifestError
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class ManifestStatus:
     hashed: bool
     files: list[FileStatus] = field(default_factory=list)
     error: str = ""
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest | None = None  # set only when the manifest is one ortcompile wrote
 
     @property
     def ok(self) -> bool:
@@ -78,58 +78,20 @@ def check_manifest(model_path: Path, hash_files: bool) -> ManifestStatus:
     if not status.found:
         return status
     try:
-        manifest = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        status.error = f"{path.name}: unreadable manifest ({exc})"
+        status.manifest = Manifest.load(path)
+    except ManifestError as exc:
+        status.error = str(exc)
         return status
-    if isinstance(manifest, dict) and manifest.get("format") != MANIFEST_FORMAT:
-        status.error = f"{path.name}: unknown manifest format {str(manifest.get('format'))[:60]!r}"
-        return status
-    shape_error = _shape_error(manifest)
-    if shape_error:
-        status.error = f"{path.name}: unreadable manifest ({shape_error})"
-        return status
-    status.manifest = manifest  # only a manifest of the right shape is ever read by callers
-    for entry in manifest["files"]:
-        status.files.append(_check_file(model_path.parent, entry, hash_files))
+    status.files = [_check_file(model_path.parent, entry, hash_files) for entry in status.manifest.files]
     return status
 
 
-def _shape_error(manifest: Any) -> str:
-    """Why a parsed manifest is not one ortcompile wrote (hand-edited, truncated, from elsewhere), or ''."""
-    if not isinstance(manifest, dict):
-        return "not a JSON object"
-    if manifest.get("format") != MANIFEST_FORMAT:
-        return f"unknown format {str(manifest.get('format'))[:60]!r}"
-    files = manifest.get("files")
-    if not isinstance(files, list) or not all(_valid_entry(f) for f in files):
-        return "'files' must list objects with a plain name, an integer size and a sha256"
-    for key in ("options", "nodes", "versions", "input"):
-        if key in manifest and not isinstance(manifest[key], dict):
-            return f"{key!r} must be an object"
-    layout = manifest.get("options", {}).get("layout", {})
-    if not isinstance(layout, dict):
-        return "'options.layout' must be an object"
-    for key in ("align", "align_threshold", "inline_threshold"):
-        value = layout.get(key, 1)
-        if not isinstance(value, int) or isinstance(value, bool) or value < (1 if key == "align" else 0):
-            return f"'options.layout.{key}' must be a non-negative integer"
-    return ""
-
-
-def _valid_entry(entry: Any) -> bool:
-    return (isinstance(entry, dict) and isinstance(entry.get("name"), str) and 0 < len(entry["name"]) <= 255
-            and isinstance(entry.get("size"), int) and not isinstance(entry.get("size"), bool) and entry["size"] >= 0
-            and isinstance(entry.get("sha256"), str) and isinstance(entry.get("role", ""), str))
-
-
-def _check_file(directory: Path, entry: dict[str, Any], hash_files: bool) -> FileStatus:
-    name, size, role = str(entry.get("name", "")), int(entry.get("size", -1)), str(entry.get("role", ""))
-    target = directory / name
-    if not name or Path(name).is_absolute() or len(Path(name).parts) != 1 or not target.is_file():
-        return FileStatus(name, role, size, None, None)
+def _check_file(directory: Path, entry: FileEntry, hash_files: bool) -> FileStatus:
+    target = directory / entry.name
+    if not target.is_file():
+        return FileStatus(entry.name, entry.role, entry.size, None, None)
     actual = target.stat().st_size
     sha_ok = None
-    if hash_files and actual == size:
-        sha_ok = hash_file(target).sha256 == entry.get("sha256")
-    return FileStatus(name, role, size, actual, sha_ok)
+    if hash_files and actual == entry.size:
+        sha_ok = hash_file(target).sha256 == entry.sha256
+    return FileStatus(entry.name, entry.role, entry.size, actual, sha_ok)

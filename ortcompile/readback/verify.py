@@ -127,8 +127,9 @@ def verify_model(
     report.ep = (resolved := _resolve_ep(ep, integrity)).name
     if not report.integrity_ok:
         return report
-    report.dims = choose_dims(source, structure.inputs, integrity.manifest.get("options", {}), fix_dims or {})
-    if _shares_ep_context(integrity):
+    recorded = integrity.manifest.options if integrity.manifest else {}
+    report.dims = choose_dims(source, structure.inputs, recorded, fix_dims or {})
+    if integrity.manifest and integrity.manifest.shares_ep_context:
         why = probe_load(compiled, resolved.info.short_name, resolved.options, report.dims)
         if why:
             raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")
@@ -136,16 +137,11 @@ def verify_model(
     return report
 
 
-def _shares_ep_context(integrity: ManifestStatus) -> bool:
-    """Part of a --share-weights batch whose EP context several models use."""
-    return any(f.get("role") == "ep_context" and f.get("shared") for f in integrity.manifest.get("files", []))
-
-
 def _resolve_ep(ep: str | eps.ResolvedEp | None, integrity: ManifestStatus) -> eps.ResolvedEp:
     """By default, verify on the EP (and options) the model was compiled for."""
     if isinstance(ep, eps.ResolvedEp):
         return ep
-    recorded = integrity.manifest.get("options", {})
+    recorded = integrity.manifest.options if integrity.manifest else {}
     return eps.resolve(ep or recorded.get("ep") or "auto", None if ep else recorded.get("ep_options"))
 
 
