@@ -6,6 +6,10 @@ opens a file; `ortcompile.paths.resolve_inside` decides whether a location may b
 
 Readers come in two kinds: the compile path refuses a malformed model (`MalformedTensor`, a ValueError),
 while `inspect` reports what it can (`lenient_external_ref`, `EpContextAttrs.problems`).
+
+Importing this module does not import onnx (200 ms): modules on the CLI's light paths (`--help`,
+`--if-changed`: graphpass, datapass, publish) may use it at top level. Functions that take a proto need
+no import (the caller has onnx loaded); the few that need onnx's own code import it when called.
 """
 
 from __future__ import annotations
@@ -15,27 +19,34 @@ import math
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-import onnx
-from onnx import AttributeProto, TensorProto
-from onnx.external_data_helper import ExternalDataInfo
+if TYPE_CHECKING:
+    import onnx
+    from onnx import AttributeProto, TensorProto
 
 EPCONTEXT = "EPContext"
 INT64_MAX = 2**63 - 1
 
-# Bits per element of every ONNX type with a fixed size. Sub-byte types are packed, so n elements take
-# ceil(n * bits / 8) bytes (onnx.helper.make_tensor, the ONNX IR spec). STRING and UNDEFINED have no size.
-# A name this onnx does not define is skipped; a type onnx adds later counts as unknown (size None) until
-# it is listed here, and tests/test_onnxfacts.py fails to say so.
-_BITS_BY_NAME = {
-    "FLOAT": 32, "UINT8": 8, "INT8": 8, "UINT16": 16, "INT16": 16, "INT32": 32, "INT64": 64, "BOOL": 8,
-    "FLOAT16": 16, "DOUBLE": 64, "UINT32": 32, "UINT64": 64, "COMPLEX64": 64, "COMPLEX128": 128, "BFLOAT16": 16,
-    "FLOAT8E4M3FN": 8, "FLOAT8E4M3FNUZ": 8, "FLOAT8E5M2": 8, "FLOAT8E5M2FNUZ": 8, "FLOAT8E8M0": 8,
-    "UINT4": 4, "INT4": 4, "FLOAT4E2M1": 4, "UINT2": 2, "INT2": 2, "FLOAT6E2M3": 6, "FLOAT6E3M2": 6,
-}
-_DATA_TYPES = dict(TensorProto.DataType.items())  # name -> number, as this onnx defines them
-_BITS = {_DATA_TYPES[name]: bits for name, bits in _BITS_BY_NAME.items() if name in _DATA_TYPES}
+# ONNX data types with a fixed size: (name, TensorProto.DataType number, bits per element). The numbers are
+# fixed by the protobuf schema (tests check them against onnx). Sub-byte types are packed, so n elements
+# take ceil(n * bits / 8) bytes (the ONNX IR spec; onnx.helper.make_tensor checks raw data by this rule).
+# STRING and UNDEFINED have no size; a type onnx adds later counts as unknown (size None) until it is
+# listed here, and tests/test_onnxfacts.py fails to say so.
+DATA_TYPES = (
+    ("FLOAT", 1, 32), ("UINT8", 2, 8), ("INT8", 3, 8), ("UINT16", 4, 16), ("INT16", 5, 16), ("INT32", 6, 32),
+    ("INT64", 7, 64), ("BOOL", 9, 8), ("FLOAT16", 10, 16), ("DOUBLE", 11, 64), ("UINT32", 12, 32),
+    ("UINT64", 13, 64), ("COMPLEX64", 14, 64), ("COMPLEX128", 15, 128), ("BFLOAT16", 16, 16),
+    ("FLOAT8E4M3FN", 17, 8), ("FLOAT8E4M3FNUZ", 18, 8), ("FLOAT8E5M2", 19, 8), ("FLOAT8E5M2FNUZ", 20, 8),
+    ("UINT4", 21, 4), ("INT4", 22, 4), ("FLOAT4E2M1", 23, 4), ("FLOAT8E8M0", 24, 8), ("UINT2", 25, 2),
+    ("INT2", 26, 2), ("FLOAT6E2M3", 27, 6), ("FLOAT6E3M2", 28, 6),
+)
+_BITS = {number: bits for _, number, bits in DATA_TYPES}
+
+# Enum numbers of the protobuf schema (checked against onnx in the tests), so no `import onnx` is needed.
+EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+ATTR_INT, ATTR_STRING, ATTR_TENSOR, ATTR_GRAPH = 2, 3, 4, 5  # AttributeProto.AttributeType
+ATTR_TENSORS, ATTR_GRAPHS, ATTR_SPARSE_TENSOR, ATTR_SPARSE_TENSORS = 9, 10, 11, 12
 
 # The external-data keys ORT reads; it refuses a model with any other key except its own "prepacked*" ones
 # (onnx also defines "basepath", which ORT refuses).
@@ -57,6 +68,8 @@ class MalformedTensor(ValueError):
 
 def dtype_name(data_type: int) -> str | None:
     """ONNX's name for a data type ("FLOAT", "INT4"), or None for a number this onnx does not define."""
+    from onnx import TensorProto
+
     try:
         return TensorProto.DataType.Name(data_type)
     except ValueError:
@@ -148,7 +161,7 @@ class ExternalRef:
 
 def is_external(tensor: TensorProto) -> bool:
     """ORT reads `external_data` only when `data_location` says EXTERNAL; otherwise it is ignored."""
-    return tensor.data_location == TensorProto.EXTERNAL
+    return tensor.data_location == EXTERNAL
 
 
 def external_ref(tensor: TensorProto) -> ExternalRef | None:
@@ -173,6 +186,8 @@ def lenient_external_ref(tensor: TensorProto) -> tuple[ExternalRef | None, tuple
 
 
 def _parse_external(tensor: TensorProto) -> tuple[ExternalRef, list[str]]:
+    from onnx.external_data_helper import ExternalDataInfo
+
     problems: list[str] = []
     fields: dict[str, str] = {}
     unknown: list[str] = []
@@ -217,7 +232,9 @@ def _read_number(key: str, value: str) -> tuple[int, str]:
 
 def _external_view(fields: dict[str, str]) -> TensorProto:
     """A tensor holding only the given external-data fields (no data): what ExternalDataInfo parses."""
-    view = TensorProto(data_location=TensorProto.EXTERNAL)
+    from onnx import TensorProto
+
+    view = TensorProto(data_location=EXTERNAL)
     for key, value in fields.items():
         view.external_data.add(key=key, value=value)
     return view
@@ -302,9 +319,9 @@ def _subgraphs(nodes: Iterable[onnx.NodeProto], path: str) -> Iterator[GraphSite
 
 def _attribute_graphs(attribute: AttributeProto) -> list[tuple[str, onnx.GraphProto]]:
     """Graphs an attribute holds, by its declared type (ORT ignores fields the type does not name)."""
-    if attribute.type == AttributeProto.GRAPH:
+    if attribute.type == ATTR_GRAPH:
         return [("", attribute.g)]
-    if attribute.type == AttributeProto.GRAPHS:
+    if attribute.type == ATTR_GRAPHS:
         return [(f"[{i}]", g) for i, g in enumerate(attribute.graphs)]
     return []
 
@@ -319,13 +336,13 @@ def _attribute_tensors(nodes: Iterable[onnx.NodeProto], path: str) -> Iterator[T
 
 def _attribute_tensor_protos(attribute: AttributeProto) -> list[TensorProto]:
     kind = attribute.type
-    if kind == AttributeProto.TENSOR:
+    if kind == ATTR_TENSOR:
         return [attribute.t]
-    if kind == AttributeProto.TENSORS:
+    if kind == ATTR_TENSORS:
         return list(attribute.tensors)
-    if kind == AttributeProto.SPARSE_TENSOR:
+    if kind == ATTR_SPARSE_TENSOR:
         return [attribute.sparse_tensor.values, attribute.sparse_tensor.indices]
-    if kind == AttributeProto.SPARSE_TENSORS:
+    if kind == ATTR_SPARSE_TENSORS:
         return [t for s in attribute.sparse_tensors for t in (s.values, s.indices)]
     return []
 
@@ -402,7 +419,7 @@ def epcontext_attrs(node: onnx.NodeProto) -> EpContextAttrs:
         name = attr.name
         if name in values or not (name in _INT_ATTRS or name in _STR_ATTRS or name == "ep_cache_context"):
             continue  # the first of repeated attributes, as attribute() reads them; unknown ones are not ours
-        wanted = AttributeProto.INT if name in _INT_ATTRS else AttributeProto.STRING
+        wanted = ATTR_INT if name in _INT_ATTRS else ATTR_STRING
         if attr.type != wanted:
             problems.append(f"attribute {name!r} is {_attr_type(attr.type)}, not {_attr_type(wanted)}")
             values[name] = None if name in _INT_ATTRS else (b"" if name == "ep_cache_context" else "")
@@ -415,6 +432,8 @@ def epcontext_attrs(node: onnx.NodeProto) -> EpContextAttrs:
 
 
 def _attr_type(kind: int) -> str:
+    from onnx import AttributeProto
+
     try:
         return AttributeProto.AttributeType.Name(kind)
     except ValueError:

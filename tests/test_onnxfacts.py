@@ -35,6 +35,26 @@ SHAPES = [(), (0,), (1,), (3,), (2, 3), (5, 7), (4, 0, 9), (3, 3, 3)]
 def test_every_data_type_this_onnx_defines_has_a_size() -> None:
     """A type a newer onnx adds must be listed in onnxfacts, or its tensors would go unchecked."""
     assert [name for name, number in SIZED if facts.element_bits(number) is None] == []
+    assert sorted((name, number) for name, number, _ in facts.DATA_TYPES) == sorted(SIZED)
+
+
+def test_enum_numbers_are_onnxs() -> None:
+    """onnxfacts spells these numbers out so that importing it costs no `import onnx`."""
+    assert facts.EXTERNAL == TensorProto.EXTERNAL
+    assert (facts.ATTR_INT, facts.ATTR_STRING, facts.ATTR_TENSOR, facts.ATTR_GRAPH) == (
+        onnx.AttributeProto.INT, onnx.AttributeProto.STRING, onnx.AttributeProto.TENSOR, onnx.AttributeProto.GRAPH)
+    assert (facts.ATTR_TENSORS, facts.ATTR_GRAPHS, facts.ATTR_SPARSE_TENSOR, facts.ATTR_SPARSE_TENSORS) == (
+        onnx.AttributeProto.TENSORS, onnx.AttributeProto.GRAPHS, onnx.AttributeProto.SPARSE_TENSOR, onnx.AttributeProto.SPARSE_TENSORS)
+
+
+def test_importing_onnxfacts_loads_no_onnx() -> None:
+    """graphpass, datapass and publish sit on the CLI's light paths (--help, --if-changed): they may import
+    onnxfacts at top level only because it does not import onnx (~200 ms) itself."""
+    code = ("import sys, ortcompile.onnxfacts as f; f.tensor_nbytes(22, (3,)); f.element_count((2, 3)); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('onnx', 'onnxruntime', 'numpy')))")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip() == "[]"
 
 
 @pytest.mark.parametrize("name, number", SIZED, ids=[n for n, _ in SIZED])
