@@ -86,7 +86,7 @@ class InputSpec:
 
     def describe(self) -> str:
         shown = ",".join("?" if d is None else str(d) for d in self.dims)
-        return f"{self.type_text or onnx.TensorProto.DataType.Name(self.elem_type).lower()}[{shown}]"
+        return f"{self.type_text or 'tensor(' + onnx.TensorProto.DataType.Name(self.elem_type).lower() + ')'}[{shown}]"
 
 
 @dataclass
