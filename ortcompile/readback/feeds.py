@@ -1,0 +1,238 @@
+"""Inputs for a model: what each input is, and seeded arrays that respect what the source graph says.
+
+`make_feeds` picks, per input, in this order:
+
+1. an array or scalar the user gave (`given`), checked against the input (given.py);
+2. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
+3. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
+   random mask can mask everything and turn a softmax into NaN);
+4. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
+   constant -> that constant;
+5. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
+   strings "ortcompile".
+
+Every symbolic or unknown dimension gets a value: `dims`, else the shape of a given array, else a guess
+(see `guess_dim`) reported in `Feeds.guessed` and `Feeds.notes`. Each input has its own random stream,
+seeded from (seed, input name): the same seed gives the same arrays whatever the input order, and giving
+one input does not change the others.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from ortcompile.errors import UsageError
+from ortcompile.readback.given import Given, conform, load_inputs, parse_input
+from ortcompile.readback.hints import InputHint, read_hints
+
+__all__ = [
+    "Feeds", "Given", "InputHint", "InputSpec", "guess_dim", "load_inputs", "make_feeds", "parse_input", "read_hints",
+    "specs_from_model", "specs_from_session", "unknown_dims",
+]
+
+# Guessed dims (measured on the real-model corpus, CPU EP). The leading axis is a batch in nearly every
+# exported model: 1 keeps runs cheap. Other axes are spatial or sequence axes, where 1 breaks models (a
+# detector's 1x1 image fails shape inference after its downsampling). No single size fits both kinds:
+# - rank-4 inputs are images (NCHW/NHWC): 64 is a multiple of 32, the usual total stride of CNN backbones;
+#   an OCR recognizer fails at height 128 (it expects the height to collapse to 1 or 2 rows).
+# - other inputs are sequences (token ids, audio samples, features): 256, because audio models pad and
+#   window their input (silero VAD: a reflect pad of 64 and a 256-sample STFT fail on 64 or 128 samples),
+#   and a 256 x 256 attention map still runs in under a second on the CPU EP.
+DEFAULT_BATCH = 1
+IMAGE_EXTENT = 64
+SEQUENCE_EXTENT = 256
+INTEGER_HIGH = 4  # integers without a hint are drawn from [0, 4): valid as small indices, token ids, axes
+STRING_VALUE = "ortcompile"
+
+MASK_NAME = re.compile(r"mask", re.IGNORECASE)
+POSITION_NAME = re.compile(r"position|(^|[_./])pos(_?ids?)?$", re.IGNORECASE)
+BATCH_NAME = re.compile(r"batch", re.IGNORECASE)
+
+# ORT's type strings -> ONNX element types (TensorProto.DataType).
+_ORT_TYPES = {f"tensor({name.lower()})": value for name, value in onnx.TensorProto.DataType.items()}  # "tensor(float)", ...
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One model input: name, element type (ONNX TensorProto.DataType; 0 when not a tensor), dims."""
+
+    name: str
+    elem_type: int
+    dims: tuple[int | str | None, ...]  # int: fixed; str: symbolic name; None: unknown
+    type_text: str = ""  # as ORT prints it, for messages: "tensor(float)", "seq(tensor(float))"
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The numpy dtype to feed (object for strings), or None when numpy cannot hold this type."""
+        if self.elem_type == onnx.TensorProto.STRING:
+            return np.dtype(object)
+        if self.elem_type in (onnx.TensorProto.UNDEFINED, onnx.TensorProto.BFLOAT16) or self.elem_type >= onnx.TensorProto.FLOAT8E4M3FN:
+            return None
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(self.elem_type))
+
+    def dim_key(self, axis: int) -> str | None:
+        """The name a non-fixed dim is set by: its symbol, or `NAME[AXIS]` when unnamed; None when fixed."""
+        dim = self.dims[axis]
+        if isinstance(dim, int):
+            return None
+        return dim if dim and dim != "?" else f"{self.name}[{axis}]"  # "?" is how some exporters write "unknown"
+
+    def describe(self) -> str:
+        shown = ",".join("?" if d is None else str(d) for d in self.dims)
+        return f"{self.type_text or 'tensor(' + onnx.TensorProto.DataType.Name(self.elem_type).lower() + ')'}[{shown}]"
+
+
+@dataclass
+class Feeds:
+    """Arrays to feed, every non-fixed dim's value, the dims that were guessed, and notes on what was chosen."""
+
+    arrays: dict[str, np.ndarray]
+    dims: dict[str, int] = field(default_factory=dict)
+    guessed: dict[str, int] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _dims(shape: Iterable[Any]) -> tuple[int | str | None, ...]:
+    return tuple(d if isinstance(d, str) or d is None else (int(d) if int(d) >= 0 else None) for d in shape)
+
+
+def specs_from_session(session: Any) -> list[InputSpec]:
+    """Specs of an onnxruntime InferenceSession's inputs, in its order."""
+    return [InputSpec(a.name, _ORT_TYPES.get(a.type, 0), _dims(a.shape), a.type) for a in session.get_inputs()]
+
+
+def specs_from_model(model: onnx.ModelProto) -> list[InputSpec]:
+    """Specs of an ONNX graph's inputs, initializers excluded (they are weights with defaults, not inputs)."""
+    initializers = {t.name for t in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        dims: tuple[int | str | None, ...] = ()
+        if tensor is not None and tensor.HasField("shape"):
+            dims = _dims(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        elem = tensor.elem_type if tensor is not None else 0
+        text = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})" if tensor is not None else value.type.WhichOneof("value")
+        specs.append(InputSpec(value.name, elem, dims, text))
+    return specs
+
+
+def unknown_dims(specs: Sequence[InputSpec], dims: Mapping[str, int]) -> list[str]:
+    """Keys of `dims` that name no non-fixed dim of these inputs (for a usage error on a typo)."""
+    keys = {spec.dim_key(axis) for spec in specs for axis in range(len(spec.dims))}
+    return sorted(set(dims) - keys)
+
+
+def guess_dim(key: str, specs: Sequence[InputSpec]) -> int:
+    """DEFAULT_BATCH for a batch (named like one, or the leading axis of a rank >= 2 input), else IMAGE_EXTENT
+    for an axis of a rank-4 input, else SEQUENCE_EXTENT; a dim shared by several inputs takes the smallest guess.
+
+    Unnamed dims (None, "?") are guessed one by one: two that must be equal (e.g. a batch written as None in
+    two inputs) cannot be told apart from the graph's inputs, so they are reported as guessed and `dims`
+    sets them by `NAME[AXIS]`.
+    """
+    guesses = [SEQUENCE_EXTENT]
+    for spec in specs:
+        for axis in range(len(spec.dims)):
+            if spec.dim_key(axis) != key:
+                continue
+            if (axis == 0 and len(spec.dims) >= 2) or BATCH_NAME.search(key):
+                guesses.append(DEFAULT_BATCH)
+            elif len(spec.dims) == 4:
+                guesses.append(IMAGE_EXTENT)
+    return min(guesses)
+
+
+def make_feeds(
+    specs: Sequence[InputSpec],
+    *,
+    seed: int = 0,
+    dims: Mapping[str, int] | None = None,
+    given: Mapping[str, Given | np.ndarray | int | float | bool] | None = None,
+    hints: Mapping[str, InputHint] | None = None,
+) -> Feeds:
+    """One array per input (see the module docstring for how each is chosen)."""
+    by_name = {spec.name: spec for spec in specs}
+    given = {name: value if isinstance(value, Given) else Given(value) for name, value in (given or {}).items()}
+    unknown = sorted(set(given) - set(by_name))
+    if unknown:
+        raise UsageError(f"unknown input {unknown[0]!r}: the model's inputs are {', '.join(by_name)}")
+    for spec in specs:
+        if spec.dtype is None and spec.name not in given:
+            raise UsageError(f"input {spec.name!r} has type {spec.describe()}, which cannot be generated from Python")
+    feeds = Feeds({})
+    _choose_dims(feeds, specs, dict(dims or {}), given)
+    for spec in specs:
+        shape = tuple(d if isinstance(d, int) else feeds.dims[spec.dim_key(a)] for a, d in enumerate(spec.dims))
+        if spec.name in given:
+            feeds.arrays[spec.name] = conform(spec, given[spec.name], shape)
+        else:
+            feeds.arrays[spec.name] = _generate(spec, shape, seed, (hints or {}).get(spec.name), feeds.notes)
+    return feeds
+
+
+def _choose_dims(feeds: Feeds, specs: Sequence[InputSpec], explicit: dict[str, int], given: Mapping[str, Given]) -> None:
+    """Explicit dims win, then the shapes of given arrays (which must agree with each other), then guesses."""
+    feeds.dims.update(explicit)
+    from_arrays: dict[str, tuple[int, str]] = {}
+    for spec in specs:
+        item = given.get(spec.name)
+        if item is None or not isinstance(item.value, np.ndarray):
+            continue  # a scalar given on the command line fills the input's shape; it sets no dim
+        for axis, size in enumerate(item.value.shape[: len(spec.dims)]):
+            key = spec.dim_key(axis)
+            if key is None:
+                continue
+            where = f"input {spec.name!r} ({item.origin})"
+            if key in explicit and explicit[key] != size:
+                raise UsageError(f"{where} has {key}={size}, but {key}={explicit[key]} was asked for")
+            if key in from_arrays and from_arrays[key][0] != size:
+                raise UsageError(f"{where} has {key}={size}, but {from_arrays[key][1]} has {key}={from_arrays[key][0]}")
+            from_arrays.setdefault(key, (size, where))
+    feeds.dims.update({key: size for key, (size, _) in from_arrays.items() if key not in explicit})
+    for spec in specs:
+        for axis in range(len(spec.dims)):
+            key = spec.dim_key(axis)
+            if key is not None and key not in feeds.dims:
+                feeds.dims[key] = feeds.guessed[key] = guess_dim(key, specs)
+    if feeds.guessed:
+        feeds.notes.append("guessed dims: " + ", ".join(f"{k}={v}" for k, v in feeds.guessed.items()))
+
+
+def _rng(seed: int, name: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(name.encode())])  # crc32: stable across processes, unlike hash()
+
+
+def _generate(spec: InputSpec, shape: tuple[int, ...], seed: int, hint: InputHint | None, notes: list[str]) -> np.ndarray:
+    dtype = spec.dtype
+    assert dtype is not None  # make_feeds refused the others
+    if dtype.kind == "O":
+        return np.full(shape, STRING_VALUE, dtype=object)
+    numeric = dtype.kind in "iuf"
+    if numeric and POSITION_NAME.search(spec.name) and shape:
+        high = hint.high if hint and hint.high else None
+        notes.append(f"{spec.name}: positions 0..{shape[-1] - 1} along the last axis" + (f", modulo {high}" if high else "") + " (named like position ids)")
+        positions = np.arange(shape[-1]) % high if high else np.arange(shape[-1])
+        return np.broadcast_to(positions, shape).astype(dtype)
+    if dtype.kind == "b" or (numeric and MASK_NAME.search(spec.name)):
+        what = "true (a bool input" if dtype.kind == "b" else "ones (named like a mask"
+        notes.append(f"{spec.name}: all {what}: nothing masked out)")
+        return np.ones(shape, dtype=dtype)
+    rng = _rng(seed, spec.name)
+    if hint and hint.high and dtype.kind in "iu":
+        notes.append(f"{spec.name}: uniform in [0, {hint.high}) ({hint.why})")
+        return rng.integers(0, hint.high, size=shape).astype(dtype)
+    if hint and hint.value is not None and numeric:
+        notes.append(f"{spec.name}: {hint.value} everywhere ({hint.why})")
+        return np.full(shape, hint.value, dtype=dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, INTEGER_HIGH, size=shape).astype(dtype)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)

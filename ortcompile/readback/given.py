@@ -1,0 +1,149 @@
+"""Inputs the user gives: `NAME=FILE.npy`, `NAME=VALUE`, an `.npz` file or a directory of `NAME.npy` files.
+
+Each is checked against the model's input before anything runs, with a one-line UsageError (exit 2):
+unknown name, wrong rank, a fixed dim that does not match, a dtype that cannot be converted without
+changing values. Conversions that keep every value are done silently, because files rarely carry the exact
+dtype (numpy saves float64 and int64 by default):
+
+- float inputs accept any float or integer array (float64 -> float32 rounds, as the model would anyway);
+- integer inputs accept integer or bool arrays whose values fit the input's type (int64 -> int32 is fine
+  for token ids; a value out of range is an error), never floats;
+- bool inputs accept bools, or integers that are all 0 or 1;
+- string inputs accept numpy string arrays.
+
+`NAME=VALUE` is a scalar (int, float, `true`/`false`) that fills the whole input, whatever its shape: it sets
+no dimension. An array sets the symbolic dims of its input (see feeds.make_feeds).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ortcompile.errors import UsageError, first_line
+
+if TYPE_CHECKING:
+    from ortcompile.readback.feeds import InputSpec
+
+
+@dataclass(frozen=True)
+class Given:
+    """A value for one input and where it came from (for messages)."""
+
+    value: np.ndarray | int | float | bool
+    origin: str = "given"
+
+
+def parse_input(text: str, names: Iterable[str] = ()) -> tuple[str, Given]:
+    """`NAME=FILE.npy` or `NAME=VALUE`. Known input names are matched first: a name may itself contain '='."""
+    known = sorted((n for n in names if text.startswith(n + "=")), key=len, reverse=True)
+    if known:
+        name, rest = known[0], text[len(known[0]) + 1 :]
+    elif "=" in text:
+        name, rest = text.split("=", 1)
+    else:
+        raise UsageError(f"{text!r}: expected NAME=FILE.npy or NAME=VALUE")
+    if not name or not rest:
+        raise UsageError(f"{text!r}: expected NAME=FILE.npy or NAME=VALUE")
+    scalar = _scalar(rest)
+    if scalar is not None:
+        return name, Given(scalar, f"{name}={rest}")
+    path = Path(rest)
+    if not path.is_file():
+        raise UsageError(f"{text!r}: {rest!r} is neither a number nor a file")
+    return name, Given(_load_npy(path), path.name)
+
+
+def load_inputs(path: str | Path) -> dict[str, Given]:
+    """Every array of an `.npz` file, or every `NAME.npy` in a directory, by input name."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.npy"))
+        if not files:
+            raise UsageError(f"{path}: no .npy files in this directory")
+        return {f.stem: Given(_load_npy(f), f.name) for f in files}
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file or directory")
+    try:
+        loaded = np.load(path, allow_pickle=False)  # no pickles: a data file must not run code
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise UsageError(f"{path}: a single array has no input name; give it as NAME={path}, or several as an .npz file")
+        with loaded as archive:
+            return {name: Given(archive[name], f"{path.name}:{name}") for name in archive.files}
+    except UsageError:
+        raise
+    except Exception as exc:
+        raise UsageError(f"{path}: cannot read as .npz: {first_line(exc)}") from exc
+
+
+def _scalar(text: str) -> int | float | bool | None:
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return None
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise UsageError(f"{path}: cannot read as .npy: {first_line(exc)}") from exc
+    if not isinstance(array, np.ndarray):
+        raise UsageError(f"{path}: holds several arrays; give it as an .npz file of inputs")
+    return array
+
+
+def conform(spec: InputSpec, given: Given, shape: tuple[int, ...]) -> np.ndarray:
+    """The given value as the array to feed `spec` with `shape`, or a UsageError saying why it cannot be."""
+    where = f"input {spec.name!r} ({given.origin})"
+    dtype = spec.dtype
+    if dtype is None:
+        raise UsageError(f"{where}: the model's type {spec.describe()} cannot be fed from Python")
+    if not isinstance(given.value, np.ndarray):
+        return np.full(shape, _convert(np.asarray(given.value), dtype, where, spec).item(), dtype=dtype)
+    array = given.value
+    if array.ndim != len(spec.dims):
+        raise UsageError(f"{where} has shape {list(array.shape)} (rank {array.ndim}), the model needs {spec.describe()} (rank {len(spec.dims)})")
+    for axis, (size, dim) in enumerate(zip(array.shape, spec.dims)):
+        if isinstance(dim, int) and size != dim:
+            raise UsageError(f"{where} has shape {list(array.shape)}, the model needs {spec.describe()} (dim {axis} is {dim})")
+    if array.shape != shape:
+        raise UsageError(f"{where} has shape {list(array.shape)}, but the dims chosen give {list(shape)}")
+    return _convert(array, dtype, where, spec)
+
+
+def _convert(array: np.ndarray, dtype: np.dtype, where: str, spec: InputSpec) -> np.ndarray:
+    """Value-preserving conversions only (module docstring)."""
+    source = array.dtype
+    if source == dtype:
+        return array
+    problem = _conversion_problem(array, dtype)
+    if problem:
+        raise UsageError(f"{where} holds {source}, the model needs {spec.describe()}: {problem}")
+    return array.astype(dtype)
+
+
+def _conversion_problem(array: np.ndarray, dtype: np.dtype) -> str:
+    kind = array.dtype.kind
+    if dtype.kind == "O":
+        return "" if kind in "US" else "a string input needs strings"
+    if kind not in "biuf":
+        return "not a numeric array"
+    if dtype.kind == "f":
+        return "" if kind in "iuf" else "a float input needs numbers"
+    if dtype.kind == "b":
+        return "" if kind == "b" or (kind in "iu" and np.isin(array, (0, 1)).all()) else "a bool input needs bools or 0/1"
+    if kind == "f":
+        return "an integer input needs integers"
+    info = np.iinfo(dtype)
+    if array.size and (array.min() < info.min or array.max() > info.max):
+        return f"values {array.min()}..{array.max()} do not fit {dtype}"
+    return ""
