@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 
 
 class OrtCompileError(Exception):
@@ -65,10 +66,35 @@ class EpUnavailable(UsageError):
     """The requested execution provider is not installed or claims no device here."""
 
 
+def shorten(text: str, limit: int = 300) -> str:
+    """At most `limit` characters, cut at a word boundary with an ellipsis: never mid-word."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit - 1)
+    return text[: cut if cut > limit // 2 else limit - 1].rstrip(" ,;:") + " …"
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's text: ORT messages carry multi-line tracebacks."""
     text = str(exc).strip()
-    return text.splitlines()[0][:limit] if text else type(exc).__name__
+    return shorten(text.splitlines()[0], limit) if text else type(exc).__name__
+
+
+_ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
+_SOURCE_LOCATION = re.compile(r"^\S+\.(?:cc|cpp|h|hpp):\d+\s+(?:\S+\s+)?(?=[A-Z\[])")
+
+
+def ort_reason(error: BaseException | str, limit: int = 400) -> str:
+    """The root cause in an ONNX Runtime / EP error, on one line.
+
+    ORT wraps the cause in a status header, a source location and context ("Load model from X failed:
+    This is an invalid model. In Node, (...) , Error <cause>"); the full text stays available for -v.
+    """
+    text = " ".join(str(error).split())
+    text = _SOURCE_LOCATION.sub("", _ORT_STATUS.sub("", text))
+    if ", Error " in text:
+        text = text.rsplit(", Error ", 1)[1]
+    return shorten(text or type(error).__name__, limit)
 
 
 def output_error(exc: OSError, what: str) -> OutputError:

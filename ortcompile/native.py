@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import sys
 from collections.abc import Iterator
 
@@ -60,6 +61,22 @@ def set_ort_log_level(verbose: bool, severity: int | None = None) -> None:
         apply_ort_log_level()
 
 
+@contextlib.contextmanager
+def logging_settings() -> Iterator[None]:
+    """The CLI sets the log level per command; restored afterwards, so an in-process caller keeps its own."""
+    global _show_native_output, _explicit_severity, _configured
+    saved = (_show_native_output, _explicit_severity, _configured)
+    try:
+        yield
+    finally:
+        _show_native_output, _explicit_severity, _configured = saved
+
+
+def native_output_shown() -> bool:
+    """-v: native libraries' own output (EP banners, ORT warnings) is shown on stderr."""
+    return _show_native_output
+
+
 def apply_ort_log_level() -> None:
     if not _configured:
         return
@@ -91,3 +108,17 @@ def vm_hwm_bytes() -> int | None:
     except OSError:
         pass
     return None
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak resident set.
+
+    Not ru_maxrss on Linux: exec() folds the parent's high-water mark into it, so ortcompile started by a
+    big process (pytest, a build system) would report the parent's memory. VmHWM is per address space.
+    """
+    hwm = vm_hwm_bytes()
+    if hwm is not None:
+        return hwm
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from ortcompile.compile.graphpass import EmbedPolicy
 from ortcompile.compile.layout import LayoutPolicy
 
 if TYPE_CHECKING:
     from ortcompile.output.manifest import Manifest
+
+
+EmbedPolicy = Literal["auto", "always", "never"]
+CheckMode = Literal["none", "load", "run"]
+CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first
 
 
 @dataclass(frozen=True)
@@ -35,8 +39,16 @@ class CompileOptions:
     verify_tolerance: Tolerance = field(default_factory=Tolerance)
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
+    prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
+    check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
 
-    def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
+    def __post_init__(self) -> None:
+        if self.check not in CHECK_MODES:
+            from ortcompile.errors import UsageError
+
+            raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}")
+
+    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
         return {
             "ep": ep_name,
@@ -47,7 +59,8 @@ class CompileOptions:
             "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
             "require_compiled": require_compiled,
             "share_weights": self.share_weights,
-        }  # verify settings are left out: they do not change a byte of the output
+            "prepare": self.prepare and compiles,  # only a compiling EP's input is prepared
+        }  # verify and check settings are left out: they do not change a byte of the output
 
 
 @dataclass
@@ -67,6 +80,9 @@ class CompileResult:
     peak_rss_bytes: int
     inputs: list[Path]  # the source model and its external data files, as paths from the caller's cwd
     up_to_date: bool = False
+    peak_rss_by_stage: dict[str, int] = field(default_factory=dict)  # compile (this process or the worker), check
+    prepare: dict[str, Any] | None = None  # what the prepare step did (PrepareSummary), None when it did not run
+    check: dict[str, Any] | None = None  # the pre-publish check's report (CheckReport.to_json)
 
     @classmethod
     def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
@@ -76,7 +92,7 @@ class CompileResult:
             ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
             epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
             graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
-            inline_initializers=manifest.initializers.get("inline", 0), timings={"check": seconds}, peak_rss_bytes=peak_rss,
+            inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
             inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
         )
 
@@ -99,5 +115,8 @@ class CompileResult:
             "initializers": {"external": self.external_initializers, "inline": self.inline_initializers},
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
             "peak_rss_bytes": self.peak_rss_bytes,
+            "peak_rss_by_stage": self.peak_rss_by_stage,
+            "prepare": self.prepare,
+            "check": self.check,
             "up_to_date": self.up_to_date,
         }

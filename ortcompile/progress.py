@@ -1,10 +1,19 @@
-"""How the library reports progress: a small protocol, a silent default, and a tqdm one for terminals."""
+"""How the library reports progress: a small protocol, a silent default, and a terminal one.
+
+On a terminal, a long stage shows its elapsed time (a QNN compile can take minutes with no other sign
+of life) and the data pass a byte bar; with -v every stage and detail is a plain line; with -q or when
+stderr is not a terminal (CI logs, pipes) nothing but errors and warnings is printed.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from typing import Protocol
+
+SPINNER_AFTER = 1.0  # seconds a stage runs before its elapsed time is shown
+SPINNER_EVERY = 0.5
 
 
 class Reporter(Protocol):
@@ -13,6 +22,8 @@ class Reporter(Protocol):
     def detail(self, message: str) -> None: ...
 
     def bytes_bar(self, description: str, total: int) -> Callable[[int], None]: ...
+
+    def tick(self) -> None: ...
 
     def close(self) -> None: ...
 
@@ -29,19 +40,28 @@ class SilentReporter:
     def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
         return lambda n: None
 
+    def tick(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
 class TerminalReporter:
-    """Stages and a byte bar on stderr via tqdm (only when it is a terminal), -v details as lines."""
+    """Stages with elapsed time and a byte bar on stderr via tqdm (only on a terminal), -v details as lines."""
 
     def __init__(self, show_progress: bool, verbose: bool) -> None:
         self.show_progress = show_progress and sys.stderr.isatty()
         self.verbose = verbose
         self._bars: list[object] = []
+        self._stage = ""
+        self._stage_started = 0.0
+        self._last_tick = 0.0
+        self._spinning = False
 
     def stage(self, name: str) -> None:
+        self._end_spinner()
+        self._stage, self._stage_started = name, time.monotonic()
         if self.verbose:
             self._write(f"ortcompile: {name}")
         elif self.show_progress:
@@ -49,21 +69,40 @@ class TerminalReporter:
 
     def detail(self, message: str) -> None:
         if self.verbose:
+            self._end_spinner()
             self._write(f"ortcompile: {message}")
+
+    def tick(self) -> None:
+        """Called while waiting: after a second, keep the current stage's elapsed time on one updating line."""
+        if not self.show_progress or self.verbose or self._bars or not self._stage:
+            return
+        now = time.monotonic()
+        if now - self._stage_started < SPINNER_AFTER or now - self._last_tick < SPINNER_EVERY:
+            return
+        self._last_tick, self._spinning = now, True
+        sys.stderr.write(f"\rortcompile: {self._stage} ... {now - self._stage_started:.0f}s")
+        sys.stderr.flush()
 
     def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
         if not self.show_progress:
             return lambda n: None
         from tqdm import tqdm
 
+        self._end_spinner()
         bar = tqdm(total=total, desc=description, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
         self._bars.append(bar)
         return bar.update
 
     def close(self) -> None:
+        self._end_spinner()
         for bar in self._bars:
             bar.close()  # type: ignore[attr-defined]
         self._bars.clear()
+
+    def _end_spinner(self) -> None:
+        if self._spinning:
+            sys.stderr.write("\n")
+            self._spinning = False
 
     def _write(self, line: str) -> None:
         if self._bars:

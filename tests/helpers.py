@@ -321,3 +321,14 @@ def finalize_failing_model(path: Path) -> None:
     model.ir_version = 9
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
+
+
+def cpu_only_model(path: Path) -> Path:
+    """Static and valid, made only of an op QNN does not take (Sinh): QNN has nothing to compile."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256])
+    graph = helper.make_graph([helper.make_node("Sinh", ["x"], ["y"])], path.stem, [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ortcompile-tests")
+    model.ir_version = 9
+    onnx.save(model, str(path))
+    return path

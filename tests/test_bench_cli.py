@@ -152,7 +152,7 @@ def test_reference_count_must_match_the_models(built: dict[str, Path]) -> None:
     proc = bench(built["mlp_ctx"], built["split_ctx"], "--reference", built["mlp"])
     assert proc.returncode == 2
     assert proc.stdout == ""
-    assert_one_line_error(proc.stderr, "--reference given 1 times for 2 models")
+    assert_one_line_error(proc.stderr, "--reference given 1 time for 2 models")
 
 
 @pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
@@ -162,7 +162,7 @@ def test_wrong_reference_fails_with_exit_5(as_json: bool, built: dict[str, Path]
     proc = bench(built["split_ctx"], built["mlp_ctx"], "--reference", built["split"], "--reference", built["other"], "--cycles", 2,
                  *(["--json"] if as_json else []))
     assert proc.returncode == 5
-    assert_one_line_error(proc.stderr, "mlp_ctx: output differs from its reference on 2 run(s)")
+    assert_one_line_error(proc.stderr, "mlp_ctx: output differs from its reference on 2 runs")
     if as_json:
         report = json.loads(proc.stdout)
         check_report(report)
@@ -199,7 +199,7 @@ def test_reference_with_an_output_the_model_lacks_fails(built: dict[str, Path], 
     onnx.save(model, str(tmp_path / "mlp_extra.onnx"))
     proc = bench(built["mlp_ctx"], "--reference", tmp_path / "mlp_extra.onnx", "--cycles", 2, "--json")
     assert proc.returncode == 5, proc.stderr
-    assert_one_line_error(proc.stderr, "mlp_ctx: output differs from its reference on 2 run(s)")
+    assert_one_line_error(proc.stderr, "mlp_ctx: output differs from its reference on 2 runs")
     report = json.loads(proc.stdout)
     check_report(report)
     assert report["models"][0]["mismatches"] == [{"run": run, "name": "r", "ok": False, "reason": "missing from the model's outputs"} for run in (1, 2)]

@@ -17,7 +17,7 @@ from ortcompile.errors import UsageError
 from ortcompile.options import Tolerance
 from ortcompile.readback.compare import Criterion, OutputComparison, compare_output, criterion_for
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
-from ortcompile.verify import compare_outputs
+from ortcompile.readback.verify import compare_outputs
 
 CORPUS = Path("/tmp/corpus")
 VERIFY_OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok"}  # tests/test_verify.py

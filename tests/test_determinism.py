@@ -20,9 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from helpers import FIXTURES, REPO, qnn_session, seeded_inputs
+from helpers import FIXTURES, REPO
 
 DOC = REPO / "docs" / "output-layout.md"
 
@@ -153,25 +152,18 @@ compile_model(sys.argv[1], sys.argv[3], options)
 """
 
 
-def test_library_compiling_twice_in_one_process_changes_the_qnn_blob(tmp_path: Path, src: Path) -> None:
-    """Detected and documented, not hidden: through the Python API, a model compiled after another compile in
-    the same process gets a QNN blob with different tensor ids (the .onnx is identical with --embed never).
-    Both blobs compute exactly the same outputs. docs/output-layout.md says so; this pins it."""
+def test_library_compiling_twice_in_one_process_is_byte_identical(tmp_path: Path, src: Path) -> None:
+    """The QNN backend keeps process-global counters that end up in its context binary: a model compiled after
+    another compile in the same process used to get different tensor ids. Every compile now runs the EP in a
+    fresh worker child, so two compiles from one Python process give the same bytes (docs/output-layout.md)."""
     proc = subprocess.run([sys.executable, "-c", _TWICE_IN_ONE_PROCESS, src / "split.onnx", tmp_path / "first", tmp_path / "second"],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     first, second = outputs(tmp_path / "first"), outputs(tmp_path / "second")
-    assert differing(first, second) == ["split_ctx.manifest.json", "split_ctx_qnn.bin"]
-    a, b = first["split_ctx_qnn.bin"], second["split_ctx_qnn.bin"]
-    changed = sum(x != y for x, y in zip(a, b))
-    assert len(a) == len(b) and 0 < changed < 1000, changed  # a handful of ids, not different code or weights
+    assert "split_ctx_qnn.bin" in first
+    assert differing(first, second) == []
     text = DOC.read_text()
-    assert "## Determinism" in text and "earlier in the same process" in text
-
-    one, two = qnn_session(tmp_path / "first" / "split_ctx.onnx"), qnn_session(tmp_path / "second" / "split_ctx.onnx")
-    for seed in range(5):
-        feeds = seeded_inputs(one, seed)
-        np.testing.assert_array_equal(one.run(None, feeds)[0], two.run(None, feeds)[0])
+    assert "## Determinism" in text and "worker" in text
 
 
 def test_same_batch_twice_is_byte_identical(tmp_path: Path, src: Path) -> None:

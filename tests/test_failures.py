@@ -32,6 +32,7 @@ from helpers import (
     assert_no_junk,
     assert_one_line_error,
     check_output_dir,
+    cpu_only_model,
     finalize_failing_model,
     run_cli,
     seeded_tensor,
@@ -98,15 +99,14 @@ def test_ep_failure_through_the_api(tmp_path: Path) -> None:
     assert snapshot(out) == {}
 
 
-@pytest.mark.parametrize("model", ["finalize-failure", "dynamic"])
-def test_failed_compile_does_not_create_the_output_dir(model: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("model, code", [("finalize-failure", 1), ("nothing-to-compile", 1), ("dynamic", 2)])
+def test_failed_compile_does_not_create_the_output_dir(model: str, code: int, tmp_path: Path) -> None:
     """-o new/out did not exist: after a failure neither does new/ (functional-4: it was left, empty)."""
-    source = FIXTURES / "dynamic.onnx"  # QNN compiles nothing without --fix-dim
-    if model == "finalize-failure":
-        source = tmp_path / "net.onnx"
-        finalize_failing_model(source)
+    source = {"finalize-failure": lambda: finalize_failing_model(tmp_path / "net.onnx") or tmp_path / "net.onnx",
+              "nothing-to-compile": lambda: cpu_only_model(tmp_path / "sinh.onnx"),
+              "dynamic": lambda: FIXTURES / "dynamic.onnx"}[model]()  # dynamic: refused before anything is created
     proc = run_cli("compile", source, "-o", tmp_path / "new" / "out", "--ep", "qnn")
-    assert proc.returncode == 1
+    assert proc.returncode == code, proc.stderr
     assert not (tmp_path / "new").exists()
 
 

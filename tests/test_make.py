@@ -342,18 +342,20 @@ def test_ci_script_stops_with_exit_5_and_publishes_nothing_on_a_mismatch(tmp_pat
     proc = run_ci(tmp_path, "split.onnx", "art", EP="qnn", RTOL="0", ATOL="0")
     assert proc.returncode == 5
     lines = proc.stderr.splitlines()
-    assert lines[-1] == "ci: compile failed (exit 5); see the error above"
+    assert lines[-1] == "ci: compile failed (exit 5); see the error above and art/reports/compile.json"
     assert lines[-2].startswith("ortcompile: error: not published: output 'y' differs from the source")
     art = tmp_path / "art"
     assert not (art / "model" / "split_ctx.onnx").exists() and not (art / "split_ctx.tar.gz").exists()
-    assert os.listdir(art / "reports") == []
+    assert os.listdir(art / "reports") == ["compile.json"]  # --json: the error as a JSON object, for the CI log
+    error = json.loads((art / "reports" / "compile.json").read_text())["error"]
+    assert error["exit_code"] == 5 and error["message"] == lines[-2][len("ortcompile: error: "):]
 
 
-def test_ci_script_passes_fix_dims_and_stops_with_exit_1_without_them(tmp_path: Path) -> None:
+def test_ci_script_passes_fix_dims_and_stops_with_exit_2_without_them(tmp_path: Path) -> None:
     shutil.copyfile(FIXTURES / "dynamic.onnx", tmp_path / "dynamic.onnx")
     failed = run_ci(tmp_path, "dynamic.onnx", "art")
-    assert failed.returncode == 1 and "try --fix-dim batch=1" in failed.stderr
-    assert failed.stderr.splitlines()[-1] == "ci: compile failed (exit 1); see the error above"
+    assert failed.returncode == 2 and "add --fix-dim batch=N" in failed.stderr
+    assert failed.stderr.splitlines()[-1] == "ci: compile failed (exit 2); see the error above and art/reports/compile.json"
     fixed = run_ci(tmp_path, "dynamic.onnx", "art", FIX_DIMS="batch=1")
     assert fixed.returncode == 0, fixed.stderr
     verify_report = json.loads((tmp_path / "art" / "reports" / "verify.json").read_text())

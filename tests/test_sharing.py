@@ -32,6 +32,7 @@ from helpers import (
     STAGE_PREFIX,
     assert_one_line_error,
     attribute,
+    cpu_only_model,
     cpu_session,
     epcontext_nodes,
     run_cli,
@@ -349,7 +350,10 @@ def test_share_weights_verify_of_an_unloadable_shared_context_publishes_nothing(
     out = tmp_path / "out"
     proc = run_cli("compile", MLP, SPLIT, "-o", out, "--ep", "qnn", "--share-weights", "--verify")
     assert proc.returncode == 1, proc.stderr
-    line = assert_one_line_error(proc.stderr, "shared EP context: cannot be loaded on this device")
+    warning, *error = proc.stderr.splitlines()  # the pre-publish check says once that it cannot load them here
+    assert warning == ("ortcompile: warning: mlp_ctx.onnx, split_ctx.onnx: not checked before publishing: "
+                       "QNN's HTP simulator cannot load shared EP contexts on this machine"), proc.stderr
+    line = assert_one_line_error("\n".join(error), "shared EP context: cannot be loaded on this device")
     assert line.startswith(SHARED_CONTEXT_ERROR), line
     assert not out.exists()
 
@@ -470,25 +474,33 @@ def test_qnn_inspect_shows_the_blob_shared(qnn_shared: dict[str, Any], stem: str
 
 
 def test_failing_batch_publishes_nothing(qnn_shared: dict[str, Any], tmp_path: Path) -> None:
-    """dynamic.onnx (symbolic batch) compiles nothing on QNN: the batch fails after mlp compiled, and the
-    earlier batch in the directory stays exactly as it was, even with --force."""
+    """sinh.onnx has nothing QNN takes: the batch fails after mlp compiled, and the earlier batch in the
+    directory stays exactly as it was, even with --force."""
     out = tmp_path / "out"
     shutil.copytree(qnn_shared["out"], out)
     (out / "unrelated.txt").write_text("keep me\n")
     before = snapshot(out)
-    proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "qnn", "--share-weights", "--force")
+    proc = run_cli("compile", MLP, cpu_only_model(tmp_path / "sinh.onnx"), "-o", out, "--ep", "qnn", "--share-weights", "--force")
     assert proc.returncode == 1
-    assert_one_line_error(proc.stderr, "qnn: the EP compiled no nodes", "--fix-dim batch=1")
+    assert_one_line_error(proc.stderr, "qnn: the EP took none of this model's nodes")
     assert snapshot(out) == before
     assert not [n for n in os.listdir(out) if n.startswith(STAGE_PREFIX)]
 
 
 def test_failing_batch_into_a_new_directory_leaves_no_files(tmp_path: Path) -> None:
     out = tmp_path / "new"
-    proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "qnn", "--share-weights")
+    proc = run_cli("compile", MLP, cpu_only_model(tmp_path / "sinh.onnx"), "-o", out, "--ep", "qnn", "--share-weights")
     assert proc.returncode == 1
-    assert_one_line_error(proc.stderr, "compiled no nodes")
+    assert_one_line_error(proc.stderr, "took none of this model's nodes")
     assert not out.exists()  # a failed run removes the -o directory it created
+
+
+def test_dynamic_member_is_refused_before_anything_runs(tmp_path: Path) -> None:
+    out = tmp_path / "new"
+    proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "qnn", "--share-weights")
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "static shapes only", "--fix-dim batch=N")
+    assert not out.exists()
 
 
 def test_qnn_shared_batch_is_deterministic(qnn_shared: dict[str, Any], tmp_path: Path) -> None:

@@ -24,12 +24,12 @@ from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, Target, WrittenFile
 from ortcompile.compile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
 from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
-from ortcompile.compile.ortstep import compile_with_ort
+from ortcompile.compile.ortstep import OrtCompile, compile_with_ort
+from ortcompile.compile.relayout import relayout
 from ortcompile.compile.shapes import dimension_overrides
 from ortcompile.compile.source import PROTOBUF_LIMIT, SourceModel, read_source
 from ortcompile.errors import CompilationFailed
 from ortcompile.naming import OutputNames
-from ortcompile.native import configure_session_logging
 
 BlobFallback = Literal["error", "tempdir"]
 
@@ -205,17 +205,22 @@ def compile_to_buffers(
                                        "to let it write to a temporary directory that is read back and removed")
         fallback_used = True
 
+    if not resolved.info.compiles:  # nothing to compile: the source graph, weights re-laid out into the buffers
+        data_pass = new_data_pass()
+        graph = relayout(source, data_pass, keep_inline=lambda graph_path, name: graph_path != "")
+        data_pass.finish()
+        return _artifact(graph, sinks[-1], resolved.info.short_name, False)
     with tempfile.TemporaryDirectory(prefix="ortcompile-blobs-") as scratch:
-        output, data_pass = compile_with_ort(
-            source.path, resolved, Path(scratch) / names.model,
-            new_data_pass, overrides, resolved.info.compiles, refuse_or_fall_back, blobs_in_memory=True,
-        )
+        request = OrtCompile(source.path, resolved, Path(scratch) / names.model, overrides, True, blobs_in_memory=True, in_process=True)
+        output, data_pass = compile_with_ort(request, new_data_pass, refuse_or_fall_back)
         data_pass.finish()
         graph = _embed_blobs(output.graph_proto, Path(scratch), output.blob_sink.blobs if output.blob_sink else {})
-    targets = sinks[-1].targets
-    buffers = {name: memoryview(t.map)[: t.position] for name, t in targets.items()}
-    return CompiledArtifact(graph, buffers, resolved.info.short_name, _count_epcontext(graph), fallback_used,
-                            [t.map for t in targets.values()])
+    return _artifact(graph, sinks[-1], resolved.info.short_name, fallback_used)
+
+
+def _artifact(graph: bytes, sink: MemorySink, ep: str, fallback_used: bool) -> CompiledArtifact:
+    buffers = {name: memoryview(t.map)[: t.position] for name, t in sink.targets.items()}
+    return CompiledArtifact(graph, buffers, ep, _count_epcontext(graph), fallback_used, [t.map for t in sink.targets.values()])
 
 
 def _embed_blobs(graph_proto: bytes, scratch: Path, in_memory: dict[str, bytes]) -> bytes:
@@ -245,18 +250,17 @@ def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: 
 
     The session keeps a reference to the artifact: the buffers must outlive it.
     """
-    import onnxruntime as ort
+    from ortcompile.run import sessions
 
     resolved = eps.resolve(ep or artifact.ep, ep_options or {})
-    options = ort.SessionOptions()
-    configure_session_logging(options)
-    resolved.configure(options)
-    options.add_session_config_entry("session.use_external_initializer_file_buffers_directly", "1")
-    options.add_session_config_entry("session.disable_prepacking", "1")  # prepacking would copy every weight
+    options = sessions.session_options(resolved, config={
+        "session.use_external_initializer_file_buffers_directly": "1",
+        "session.disable_prepacking": "1",  # prepacking would copy every weight
+    })
     if artifact.buffers:
         names = list(artifact.buffers)
         options.add_external_initializers_from_files_in_memory(names, [artifact.buffers[n] for n in names], [len(artifact.buffers[n]) for n in names])
-    session = ort.InferenceSession(artifact.graph, options)
+    session = sessions.open_session(artifact.graph, resolved, options=options, label="the in-memory artifact").session
     session._ortcompile_artifact = artifact  # keep the buffers alive as long as the session
     return session
 

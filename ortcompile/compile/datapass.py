@@ -10,7 +10,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import hashlib
-import mmap
 import os
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any, Protocol
 
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
-from ortcompile.output.digest import WrittenFile
+from ortcompile.output.digest import WrittenFile, hash_file_range
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
 KERNEL_COPY_MIN = 1 << 20  # tensors at least this big are copied with copy_file_range when they come from a file
@@ -65,7 +64,7 @@ class HashingFile:
         before = self._hash.copy()
         # Hash from the source file through small windows, not ORT's mapping of the whole tensor: touching
         # that would make the largest tensor resident (peak RSS), while the kernel copy needs none of it.
-        hashed = self._pool.submit(_hash_file_range, self._hash, source_fd, source_offset, len(view))
+        hashed = self._pool.submit(hash_file_range, self._hash, source_fd, source_offset, len(view))
         done = 0
         try:
             while done < len(view):
@@ -91,20 +90,6 @@ class HashingFile:
 
     def abandon(self) -> None:
         os.close(self._fd)
-
-
-HASH_WINDOW = 32 << 20
-
-
-def _hash_file_range(digest: Any, fd: int, offset: int, length: int) -> None:
-    """Feed bytes [offset, offset + length) of a file to `digest`, mapping at most HASH_WINDOW at a time."""
-    start = offset - offset % mmap.ALLOCATIONGRANULARITY
-    end = offset + length
-    while start < end:
-        size = min(HASH_WINDOW, end - start)
-        with mmap.mmap(fd, size, prot=mmap.PROT_READ, offset=start) as window, memoryview(window) as view:
-            digest.update(view[max(offset, start) - start : size])
-        start += size
 
 
 def _write_all(fd: int, data: memoryview) -> None:
@@ -168,13 +153,21 @@ class DataPass:
         if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes) or self.keep_inline(name):
             self.inline_count += 1
             return None
-        start = time.perf_counter()
         element_size = max(1, nbytes // max(1, _element_count(value.shape())))
-        placement = self.store(name, _tensor_bytes(value, nbytes), element_size, self._origin(source_info, nbytes))
+        placement = self.place_tensor(name, _tensor_bytes(value, nbytes), element_size, self._origin(source_info, nbytes))
+        return ort.OrtExternalInitializerInfo(self.location_of(placement), placement.offset, nbytes)
+
+    def place_tensor(self, name: str, data: memoryview, element_size: int, origin: tuple[int, int] | None = None) -> Placement:
+        """Write one external tensor where the layout says (or where an identical one already is); count and time it."""
+        start = time.perf_counter()
+        placement = self.store(name, data, element_size, origin)
         self.external_count += 1
-        location = data_file_name(self.model_file_name, placement.file_index)
         self.seconds += time.perf_counter() - start
-        return ort.OrtExternalInitializerInfo(location, placement.offset, nbytes)
+        return placement
+
+    def location_of(self, placement: Placement) -> str:
+        """The data file a placement is in, as the graph names it (relative to the model)."""
+        return data_file_name(self.model_file_name, placement.file_index)
 
     def _origin(self, source_info: Any, nbytes: int) -> tuple[int, int] | None:
         """Where the same bytes sit in a source data file that read_source checked, if they do."""
@@ -225,6 +218,11 @@ class DataPass:
             self._open = None
         self._close_sources()
         self.sink.shutdown()
+
+    def use_sources(self, source_files: dict[str, Path]) -> None:
+        """A batch's next model: its own source data files (locations may repeat across models)."""
+        self._close_sources()
+        self.source_files = source_files
 
     def _close_sources(self) -> None:
         for fd in self._source_fds.values():

@@ -11,13 +11,12 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from ortcompile.compile.datapass import HashingFile, WrittenFile
 from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import CompilationFailed, OutputError
-
-EmbedPolicy = Literal["auto", "always", "never"]
+from ortcompile.options import EmbedPolicy
 
 # `--embed auto` embeds blobs only when all of them together stay this small: one self-contained
 # file for small models, while a large blob never goes near the 2 GiB protobuf limit.

@@ -1,9 +1,13 @@
-"""compile_model: plan -> pass 1 (data, inside ORT's compile) -> pass 2 (graph) -> publish.
+"""The compile job: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish, stamp).
 
 Usable from Python without click:
 
     from ortcompile import compile_model, CompileOptions
-    result = compile_model("model.onnx", "build/", CompileOptions(ep="qnn"))
+    result = compile_model("model.onnx", "build/", CompileOptions(ep="qnn", fix_dims={"batch": 1}))
+
+`CompileJob.plan` does every check that can fail before work starts; `build` runs the two passes into a
+staging directory (pass 1 in the worker child for EPs that compile); `finish` is shared with the
+weight-sharing batch: nothing reaches the output directory unless every step before publishing passed.
 """
 
 from __future__ import annotations
@@ -11,38 +15,34 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import resource
-import sys
 import time
-from collections.abc import Callable
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile import __version__, eps
-from ortcompile.compile.datapass import DataPass, FileSink, WrittenFile
-from ortcompile.compile.graphpass import EmbedPolicy, GraphSummary, write_graph
-from ortcompile.compile.layout import DataLayout
-from ortcompile.compile.ortstep import OrtOutput, compile_with_ort, ep_compiles_anything
-from ortcompile.compile.shapes import dimension_overrides, dynamic_inputs_hint
+from ortcompile import eps
+from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
+from ortcompile.compile.graphpass import GraphSummary, write_graph
+from ortcompile.compile.ortstep import NothingCompiled
+from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.errors import CompilationFailed, VerificationFailed, output_error
+from ortcompile.compile.worker import Worker
+from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, VerificationFailed, output_error
 from ortcompile.naming import OutputNames
-from ortcompile.native import vm_hwm_bytes
+from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import InputDigest, digest_inputs_in_background, hash_and_sync
+from ortcompile.output.digest import InputDigest, WrittenFile, digest_inputs_in_background, hash_and_sync
 from ortcompile.output.incremental import why_not_up_to_date, write_stamp
 from ortcompile.output.manifest import Manifest, Versions, file_entries
-from ortcompile.output.publish import (
-    Staging,
-    check_destination,
-    directory_lock,
-    prepare_output_dir,
-    remove_created_dirs,
-    remove_stale_stages,
-)
+from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.version import __version__
+
+# EPs whose outputs this machine cannot load even when they are right: QNN's x86 HTP simulator segfaults
+# on a context shared by several models (measured with onnxruntime-qnn 2.7.0).
+_SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
 
 
 def compile_model(
@@ -58,17 +58,30 @@ def compile_model(
         if current is not None:
             return current
         options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
-    job = _Job.plan(Path(source_path), Path(output_dir), options, reporter)
-    digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
-    try:
-        input_digest = digester.submit(digest_inputs_in_background, job.source.path.absolute(), job.source.external_files)  # cwd moves during the compile
-        with Staging(job.output_dir) as staging:
-            return job.run(staging, input_digest)
-    except BaseException:
-        remove_created_dirs(job.created_dirs)  # a failed run leaves no empty output directory behind
-        raise
-    finally:
-        digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
+    job = CompileJob.plan(Path(source_path), Path(output_dir), options, reporter)
+    return job.run()
+
+
+def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions | None = None,
+                   reporter: Reporter | None = None) -> list[CompileResult]:
+    """Compile each model into `output_dir`, one after another; stop at the first failure, naming the model.
+
+    Each compile is self-contained: an EP that compiles runs in its own worker child, so a batch gives the
+    bytes of single runs and peaks at its largest model, not at the sum.
+    """
+    targets = [OutputNames.for_source(Path(m)).model for m in models]
+    clash = next((t for t in targets if targets.count(t) > 1), None)
+    if clash is not None:
+        raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
+    results = []
+    for model in models:
+        try:
+            results.append(compile_model(model, output_dir, options, reporter))
+        except OrtCompileError as exc:
+            if len(models) > 1 and str(model) not in exc.message:
+                exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
+            raise
+    return results
 
 
 def _current_output(source: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileResult | None:
@@ -84,28 +97,44 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
 
 
 @dataclass
-class _Job:
+class Built:
+    """What the passes left in the staging directory for one model."""
+
+    job: CompileJob
+    files: list[tuple[WrittenFile, str]]  # (file, role), the model first
+    graph: GraphSummary
+    step: EpStepOutput
+
+
+@dataclass
+class CompileJob:
     """One model's compile: everything decided up front, then run into a staging directory."""
 
     source: SourceModel
     ep: eps.ResolvedEp
+    request: EpRequest
     output_dir: Path
     names: OutputNames
     options: CompileOptions
-    overrides: dict[str, int]
+    pins: Pins
     require_compiled: bool
     reporter: Reporter
     created_dirs: list[Path] = field(default_factory=list)  # by prepare_output_dir: removed again on failure
     timings: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, int] = field(default_factory=dict)  # peak RSS by stage: compile, check
+    check_report: dict[str, Any] | None = None  # the pre-publish check's full report, for the result
 
     @classmethod
-    def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> _Job:
+    def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
         """Every check that can fail before work starts: input, EP, shapes, destination."""
         clock = time.perf_counter()
         reporter.stage("reading model")
         source = read_source(source_path)
         ep = eps.resolve(options.ep, options.ep_options)
-        overrides = dimension_overrides(source, options.fix_dims, options.fix_shapes)
+        prepares = ep.info.compiles and options.prepare
+        pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares)
+        if ep.info.compiles and _needs_static_shapes(ep):
+            require_static(source, pins, ep.info.short_name)
         require = ep.info.compiles if options.require_compiled is None else options.require_compiled
         names = OutputNames.for_source(source.path)
         created = prepare_output_dir(output_dir)
@@ -119,39 +148,140 @@ class _Job:
                 reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
-        job = cls(source, ep, output_dir, names, options, overrides, require, reporter, created)
+        job = cls(source, ep, EpRequest(options.ep, options.ep_options), output_dir, names, options, pins, require, reporter, created)
         job.timings["read"] = time.perf_counter() - clock
         return job
 
-    def run(self, staging: Staging, input_digest: Future[InputDigest]) -> CompileResult:
+    @property
+    def compiles(self) -> bool:
+        return self.ep.info.compiles
+
+    def worker(self) -> Worker:
+        return Worker(f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime", self.reporter, native_output_shown())
+
+    def run(self) -> CompileResult:
+        digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
         try:
-            built = _build(self, staging.path)
+            digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
+            with Staging(self.output_dir) as staging, Workers(self) as workers:
+                built = self.build(staging.path, workers)
+                return finish([built], staging, workers, [digest])[0]
+        except BaseException:
+            remove_created_dirs(self.created_dirs)  # a failed run leaves no empty output directory behind
+            raise
+        finally:
+            digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
+
+    def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
+        return EpStep(self.source, self.request, staging_dir, self.names.model, self.options.layout, self.pins,
+                      self.compiles and self.options.prepare, self.require_compiled, session_config or {})
+
+    def build(self, staging_dir: Path, workers: Workers) -> Built:
+        """Passes 1 and 2 into the staging directory."""
+        try:
+            step = self.ep_step(self.step(staging_dir), workers)
+            return self.graph_pass(staging_dir, step, workers)
         except OSError as exc:  # a staged write failed (the input was read and checked before): disk full, quota...
             raise output_error(exc, f"outputs in {self.output_dir}") from exc
         finally:
             self.reporter.close()
+
+    def ep_step(self, step: EpStep, workers: Workers) -> EpStepOutput:
+        """Pass 1: the EP's compile in the worker child, or the re-layout here for EPs that compile nothing."""
         clock = time.perf_counter()
-        digest = input_digest.result()
-        manifest = Manifest(
+        if not self.compiles:
+            output = run_relayout(step, self.reporter)
+            self.peaks["compile"] = peak_rss_bytes()
+        else:
+            worker = workers.get()
+            try:
+                output = worker.call(run_ep_step, step, doing=f"compiling {self.source.path.name}")
+            except NothingCompiled as exc:
+                raise self.explain_nothing_compiled(exc) from exc
+            self.peaks["compile"] = worker.peak_rss_bytes
+        self.timings.update(output.seconds)
+        self.timings["compile"] = time.perf_counter() - clock  # the whole pass 1, prepare included
+        return output
+
+    def explain_nothing_compiled(self, exc: NothingCompiled) -> CompilationFailed:
+        """Say why nothing compiled: dynamic shapes, an EP that cannot start, or ops the EP does not take."""
+        short = self.ep.info.short_name
+        hint = dynamic_inputs_hint(self.source, self.pins.named) if not self.options.prepare else ""
+        if hint:
+            return CompilationFailed(f"{short}: the EP compiled no nodes{hint}; or pass --allow-partial", exc.detail)
+        if exc.ep_starts is False:
+            return CompilationFailed(f"{short}: the EP compiled nothing, not even a one-node test model: it failed to start "
+                                     "with these options (check --ep-option values; -v shows its log)", exc.detail)
+        return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", exc.detail)
+
+    def graph_pass(self, staging_dir: Path, step: EpStepOutput, workers: Workers, embed: str | None = None, blobs_pending: bool = False) -> Built:
+        """Pass 2: the small graph proto, finished and written on its own; then the EP's blob files, hashed and synced."""
+        clock = time.perf_counter()
+        self.reporter.stage("writing graph")
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            model_file, graph = write_graph(step.graph_proto, staging_dir, self.names.model, embed or self.options.embed, pool, blobs_pending)
+        if self.compiles and graph.epcontext_nodes == 0:
+            starts = None if self.require_compiled else workers.get().call(ep_starts, self.request, doing="starting the EP on a one-node model")
+            if self.require_compiled or not starts:
+                raise self.explain_nothing_compiled(NothingCompiled("nothing compiled", ep_starts=starts))
+            warnings.warn(f"{self.source.path.name}: {self.ep.info.short_name} compiled no nodes (--allow-partial): "
+                          "the output runs entirely on the CPU EP", OrtCompileWarning, stacklevel=2)
+        # Only the blobs the graph names are outputs: anything else an EP left in the stage is not published.
+        blobs = [] if blobs_pending else [hash_and_sync(staging_dir / name) for name in graph.blob_names]
+        self.timings["graph_pass"] = time.perf_counter() - clock
+        files = [(model_file, "model"), *((f, "data") for f in step.data_files), *((f, "ep_context") for f in blobs)]
+        return Built(self, files, graph, step)
+
+    # ---------------------------------------------------------------- finishing (single model and batches)
+
+    def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
+        """The pre-publish check in the worker child; raise when the output would not load or run."""
+        from ortcompile.readback.check import CheckRequest, describe_ok, run_check
+
+        mode = self.options.check
+        if mode == "none":
+            return {"mode": "none", "passed": None}
+        clock = time.perf_counter()
+        worker = workers.get()
+        request = CheckRequest(staging_dir / self.names.model, self.source.path.absolute(), self.request, mode, ep_precision(self.ep), self.pins.named)
+        report = worker.call(run_check, request, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {self.names.model}")
+        self.timings["check"] = time.perf_counter() - clock
+        self.peaks["check"] = worker.peak_rss_bytes
+        self.check_report = report.to_json()
+        if not report.ok:
+            raise CompilationFailed(f"{self.source.path.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
+        self.reporter.detail(describe_ok(report))
+        return report.record()
+
+    def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any] | None, shared: set[str] | None = None) -> Manifest:
+        prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
+        return Manifest(
             model=self.names.model,
-            files=file_entries(built.files),
+            files=file_entries(built.files, shared),
             input_sha256=digest.combined,
             input_files=digest.input_files,
-            versions=_versions(self.ep),
-            options=self.options.recorded(self.ep.info.short_name, self.require_compiled),
-            nodes=_node_counts(self.source, built.graph),
-            initializers={"external": built.external_count, "inline": built.inline_count},
+            versions=versions(self.ep),
+            options=self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles),
+            nodes=node_counts(self.source, built.graph),
+            initializers={"external": built.step.external_count, "inline": built.step.inline_count},
+            prepare=prepare,
+            check=check,
         )
-        _write_staged(staging.path / self.names.manifest, manifest.to_bytes())
-        if self.options.verify:
-            _verify_staged(self, staging.path / self.names.model)
-            clock = time.perf_counter()
-        self.reporter.stage("publishing")
-        staging.publish(_publish_order(built.files, self.names), self.names, self.options.force,
-                        [self.source.path, *self.source.external_files])
-        self.timings["publish"] = time.perf_counter() - clock
-        write_stamp(self.output_dir, self.names, self.source.path, input_digest.result())
-        self.reporter.stage(f"wrote {self.output_dir / self.names.model}")
+
+    def verify(self, model: Path) -> None:
+        """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
+        from ortcompile.readback.verify import verify_model  # numpy and sessions: only when asked
+
+        self.reporter.stage("verifying against the source")
+        clock = time.perf_counter()
+        report = verify_model(model, self.source.path, ep=self.ep, tolerance=self.options.verify_tolerance, fix_dims=self.pins.named, time_source=False)
+        if not report.ok:
+            raise VerificationFailed(f"not published: {report.failure()}")
+        worst = max((c.max_abs or 0.0 for run in report.runs for c in run["outputs"]), default=0.0)
+        self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
+        self.timings["verify"] = time.perf_counter() - clock
+
+    def result(self, built: Built, manifest: Manifest) -> CompileResult:
         return CompileResult(
             source=self.source.path,
             output_dir=self.output_dir,
@@ -162,111 +292,71 @@ class _Job:
             epcontext_nodes=built.graph.epcontext_nodes,
             remaining_ops=built.graph.remaining_ops,
             graph_bytes=built.graph.graph_bytes,
-            external_initializers=built.external_count,
-            inline_initializers=built.inline_count,
+            external_initializers=built.step.external_count,
+            inline_initializers=built.step.inline_count,
             timings=self.timings,
-            peak_rss_bytes=peak_rss_bytes(),
+            peak_rss_bytes=max(peak_rss_bytes(), self.peaks.get("compile", 0)),
             inputs=[self.source.path, *(self.source.path.parent / e.location for e in self.source.external_refs)],
+            peak_rss_by_stage=dict(self.peaks),
+            prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
+            check=self.check_report,
         )
 
 
-@dataclass
-class _Built:
-    files: list[tuple[WrittenFile, str]]  # (file, role)
-    graph: GraphSummary
-    external_count: int
-    inline_count: int
+class Workers:
+    """The worker child of a compile, started when first needed (pass-through compiles may need none)."""
+
+    def __init__(self, job: CompileJob) -> None:
+        self._job = job
+        self._worker: Worker | None = None
+
+    def get(self) -> Worker:
+        if self._worker is None:
+            self._worker = self._job.worker()
+        return self._worker
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._worker is not None:
+            self._worker.__exit__(*exc_info)
 
 
-def _build(job: _Job, staging_dir: Path) -> _Built:
-    """Passes 1 and 2 into the staging directory."""
+def finish(builds: list[Built], staging: Staging, workers: Workers, digests: list[Future[InputDigest]],
+           shared: set[str] | None = None, shares_context: bool = False) -> list[CompileResult]:
+    """check -> manifest -> verify -> publish -> stamp, for one model or a whole batch (published together)."""
+    first = builds[0].job
+    unchecked = _SHARED_CONTEXT_UNLOADABLE.get(first.ep.name) if shares_context and first.options.check != "none" else None
+    if unchecked:
+        warnings.warn(f"{', '.join(b.job.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
+    manifests = []
+    for built, digest in zip(builds, digests):
+        job = built.job
+        check = {"mode": "none", "passed": None, "reason": unchecked} if unchecked else job.check(staging.path, workers)
+        manifest = job.manifest(built, digest.result(), check, shared)
+        _write_staged(staging.path / job.names.manifest, manifest.to_bytes())
+        manifests.append(manifest)
+    if first.options.verify:  # every model of the batch, before anything is published
+        for built in builds:
+            built.job.verify(staging.path / built.job.names.model)
     clock = time.perf_counter()
-
-    def new_data_pass() -> DataPass:
-        progress = job.reporter.bytes_bar("data pass", job.source.weight_bytes)
-        return DataPass(FileSink(staging_dir), job.names.model, DataLayout(job.options.layout), progress,
-                        source_files=job.source.external_paths)
-
-    ort_output, data_pass = compile_pass(job, staging_dir, new_data_pass)
-    data_files = data_pass.finish()
-    job.timings["compile"] = time.perf_counter() - clock
-    job.timings["data_pass"] = data_pass.seconds  # inside "compile": writing the initializers
-    clock = time.perf_counter()
-    model_file, graph = graph_pass(job, staging_dir, ort_output.graph_proto, job.options.embed)
-    known = {f.name for f in data_files} | {job.names.model}
-    blob_files = [hash_and_sync(staging_dir / n) for n in sorted(os.listdir(staging_dir)) if n not in known]
-    job.timings["graph_pass"] = time.perf_counter() - clock
-    files = [(model_file, "model"), *((f, "data") for f in data_files), *((f, "ep_context") for f in blob_files)]
-    return _Built(files, graph, data_pass.external_count, data_pass.inline_count)
+    first.reporter.stage("publishing")
+    staging.publish(_publish_order(builds), [b.job.names for b in builds], first.options.force,
+                    [p for b in builds for p in (b.job.source.path, *b.job.source.external_files)])
+    results = []
+    for built, manifest, digest in zip(builds, manifests, digests):
+        built.job.timings["publish"] = time.perf_counter() - clock
+        write_stamp(built.job.output_dir, built.job.names, built.job.source.path, digest.result())
+        built.job.reporter.stage(f"wrote {built.job.output_dir / built.job.names.model}")
+        results.append(built.job.result(built, manifest))
+    return results
 
 
-def compile_pass(job: _Job, staging_dir: Path, new_data_pass: Callable[[], DataPass],
-                 session_config: dict[str, str] | None = None) -> tuple[OrtOutput, DataPass]:
-    """Pass 1: ORT compiles; the data pass receives every initializer left in the graph."""
-    source, ep, overrides = job.source, job.ep, job.overrides
-    job.reporter.stage(f"compiling {source.path.name} with {ep.name}" if ep.info.compiles else f"laying out weights of {source.path.name}")
-    try:
-        return compile_with_ort(source.path, ep, staging_dir / job.names.model, new_data_pass, overrides,
-                                job.require_compiled, job.reporter.detail, session_config=session_config)
-    except CompilationFailed as exc:
-        if "compiled no nodes" in exc.message:
-            raise _nothing_compiled(job, exc.detail) from exc
-        raise
-
-
-def _nothing_compiled(job: _Job, detail: str | None) -> CompilationFailed:
-    """Say why nothing compiled: dynamic shapes, an EP that cannot start, or ops the EP does not take."""
-    short = job.ep.info.short_name
-    hint = dynamic_inputs_hint(job.source, job.overrides)
-    if hint:
-        return CompilationFailed(f"{short}: the EP compiled no nodes{hint}; or pass --allow-partial", detail)
-    if not ep_compiles_anything(job.ep):
-        return CompilationFailed(f"{short}: the EP compiled nothing, not even a one-node test model: it failed to start "
-                                 "with these options (check --ep-option values; -v shows its log)", detail)
-    return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", detail)
-
-
-def graph_pass(job: _Job, staging_dir: Path, graph_proto: bytes, embed: EmbedPolicy, blobs_pending: bool = False) -> tuple[WrittenFile, GraphSummary]:
-    """Pass 2: the small graph proto, finished and written on its own."""
-    job.reporter.stage("writing graph")
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        model_file, graph = write_graph(graph_proto, staging_dir, job.names.model, embed, pool, blobs_pending)
-    if job.ep.info.compiles and graph.epcontext_nodes == 0:
-        if job.require_compiled or not ep_compiles_anything(job.ep):
-            raise _nothing_compiled(job, None)
-        job.reporter.detail(f"{job.ep.name} compiled no nodes; the output runs entirely on the CPU EP")
-    return model_file, graph
-
-
-def _verify_staged(job: _Job, model: Path) -> None:
-    """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
-    from ortcompile.readback.verify import verify_model  # numpy and sessions: only when asked
-
-    job.reporter.stage("verifying against the source")
-    clock = time.perf_counter()
-    report = verify_model(model, job.source.path, ep=job.ep, tolerance=job.options.verify_tolerance, fix_dims=job.overrides, time_source=False)
-    if not report.ok:
-        raise VerificationFailed(f"not published: {report.failure()}")
-    worst = max((c.max_abs or 0.0 for run in report.runs for c in run["outputs"]), default=0.0)
-    job.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
-    job.timings["verify"] = time.perf_counter() - clock
-
-
-def _node_counts(source: SourceModel, graph: GraphSummary) -> dict[str, Any]:
-    """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
-    compiled = collections.Counter(source.op_counts)
-    compiled.subtract(graph.remaining_ops)
-    return {
-        "epcontext": graph.epcontext_nodes,
-        "compiled_ops": {op: n for op, n in sorted(compiled.items()) if n > 0},
-        "remaining_ops": graph.remaining_ops,
-    }
-
-
-def _publish_order(files: list[tuple[WrittenFile, str]], names: OutputNames) -> list[str]:
-    """Data and blobs first, the model after them, the manifest last."""
-    rest = [f.name for f, role in files if role != "model"]
-    return [*rest, names.model, names.manifest]
+def _publish_order(builds: list[Built]) -> list[str]:
+    """Data and blobs first, the models after them, the manifests last: a model never points at missing bytes."""
+    rest = sorted({f.name for b in builds for f, role in b.files if role != "model"})
+    return [*rest, *(b.job.names.model for b in builds), *(b.job.names.manifest for b in builds)]
 
 
 def _write_staged(path: Path, content: bytes) -> None:
@@ -279,20 +369,27 @@ def _write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def _versions(ep: eps.ResolvedEp) -> Versions:
+def node_counts(source: SourceModel, graph: GraphSummary) -> dict[str, Any]:
+    """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
+    compiled = collections.Counter(source.op_counts)
+    compiled.subtract(graph.remaining_ops)
+    return {
+        "epcontext": graph.epcontext_nodes,
+        "compiled_ops": {op: n for op, n in sorted(compiled.items()) if n > 0},
+        "remaining_ops": graph.remaining_ops,
+    }
+
+
+def versions(ep: eps.ResolvedEp) -> Versions:
     import onnxruntime as ort
 
     return Versions(__version__, ort.__version__, ep.name, ep.version)
 
 
-def peak_rss_bytes() -> int:
-    """This process's own peak resident set.
+def ep_precision(ep: eps.ResolvedEp) -> str:
+    """The precision the EP computes in, which decides how its outputs are judged."""
+    return getattr(ep.info, "precision", None) or ("fp16" if ep.info.short_name == "qnn" else "fp32")
 
-    Not ru_maxrss on Linux: exec() folds the parent's high-water mark into it, so ortcompile started by a
-    big process (pytest, a build system) would report the parent's memory. VmHWM is per address space.
-    """
-    hwm = vm_hwm_bytes()
-    if hwm is not None:
-        return hwm
-    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
+
+def _needs_static_shapes(ep: eps.ResolvedEp) -> bool:
+    return bool(getattr(ep.info, "needs_static_shapes", ep.info.short_name == "qnn"))

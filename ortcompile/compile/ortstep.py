@@ -11,7 +11,7 @@ import io
 import os
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +19,23 @@ from ortcompile.compile.blobs import BlobSink, callback_unsupported
 from ortcompile.compile.datapass import DataPass
 from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.eps import ResolvedEp
-from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, first_line, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.paths import model_dir
 
 NOTHING_COMPILED = "Unable to compile any nodes"
+
+
+class NothingCompiled(CompilationFailed):
+    """The EP took no node of the model (ORT's ERROR_IF_NO_NODES_COMPILED); the job explains why."""
+
+    def __init__(self, message: str, detail: str | None = None, ep_starts: bool | None = None, model: str = "") -> None:
+        super().__init__(message, detail)
+        self.ep_starts = ep_starts  # None: not asked; False: the EP fails even on a one-node model
+        self.model = model  # which model of a batch (its source file name)
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None, bool | None, str]]:  # type: ignore[override]
+        return (type(self), (self.message, self.detail, self.ep_starts, self.model))
 _CALLBACK_SUPPORT: dict[str, bool] = {}  # EP name -> accepts the EP-context write callback (asked once per process)
 
 
@@ -67,26 +80,30 @@ class _CallbackGuard:
         return guarded
 
 
-def compile_with_ort(
-    source: Path,
-    ep: ResolvedEp,
-    model_path: Path,
-    make_data_pass: Callable[[], DataPass],
-    overrides: dict[str, int],
-    require_compiled: bool,
-    on_fallback: Callable[[str], None],
-    blobs_in_memory: bool = False,
-    session_config: dict[str, str] | None = None,
-) -> tuple[OrtOutput, DataPass]:
+@dataclass(frozen=True)
+class OrtCompile:
+    """One call of ONNX Runtime's Compile API: what to compile, for which EP, and where blobs go."""
+
+    source: Path  # the model ORT reads (the prepared one, or the source itself)
+    ep: ResolvedEp
+    context_path: Path  # ep.context_file_path: EPs name their blob files after it (inside the staging directory)
+    overrides: dict[str, int] = field(default_factory=dict)  # free-dimension overrides (without the prepare step)
+    require_compiled: bool = True
+    session_config: dict[str, str] = field(default_factory=dict)
+    blobs_in_memory: bool = False  # the write callback keeps blobs as bytes instead of files
+    in_process: bool = False  # running in the caller's process (compile_to_buffers), not the worker child
+
+
+def compile_with_ort(request: OrtCompile, make_data_pass: Callable[[], DataPass], on_fallback: Callable[[str], None]) -> tuple[OrtOutput, DataPass]:
     """Compile; retry without the EP-context write callback when the EP does not support it.
 
-    `on_fallback` hears about the retry (and may raise to refuse it); with `blobs_in_memory` the
-    callback keeps blobs as bytes instead of writing them beside the model.
+    `on_fallback` hears about the retry (and may raise to refuse it).
     """
+    ep = request.ep
     if ep.info.compiles and ep_supports_write_callback(ep):
         data_pass = make_data_pass()
         try:
-            return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, True, blobs_in_memory, session_config), data_pass
+            return _attempt(request, data_pass, use_callback=True), data_pass
         except _CallbackRefused:
             data_pass.abandon()
             _CALLBACK_SUPPORT[ep.name] = False
@@ -97,7 +114,7 @@ def compile_with_ort(
         on_fallback(f"{ep.name} does not support the EP-context write callback; it writes its own blob files")
     data_pass = make_data_pass()
     try:
-        return _attempt(source, ep, model_path, data_pass, overrides, require_compiled, False, False, session_config), data_pass
+        return _attempt(request, data_pass, use_callback=False), data_pass
     except BaseException:
         data_pass.abandon()
         raise
@@ -107,33 +124,26 @@ class _CallbackRefused(Exception):
     pass
 
 
-def _attempt(
-    source: Path, ep: ResolvedEp, model_path: Path, data_pass: DataPass, overrides: dict[str, int], require_compiled: bool,
-    use_callback: bool, blobs_in_memory: bool = False, session_config: dict[str, str] | None = None,
-) -> OrtOutput:
+def _attempt(request: OrtCompile, data_pass: DataPass, use_callback: bool) -> OrtOutput:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     configure_session_logging(options)
-    ep.configure(options)
-    # EPs name their blob files after this path, so they land in the staging directory.
-    options.add_session_config_entry("ep.context_file_path", str(model_path))
-    for dim, size in overrides.items():
+    request.ep.configure(options)
+    options.add_session_config_entry("ep.context_file_path", str(request.context_path))
+    for dim, size in request.overrides.items():
         options.add_free_dimension_override_by_name(dim, size)
-    for key, setting in (session_config or {}).items():
+    for key, setting in request.session_config.items():
         options.add_session_config_entry(key, setting)
     guard = _CallbackGuard()
-    flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if require_compiled else ort.OrtCompileApiFlags.NONE
-    sink = BlobSink(None if blobs_in_memory else model_path.parent) if use_callback else None
+    flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if request.require_compiled else ort.OrtCompileApiFlags.NONE
+    sink = BlobSink(None if request.blobs_in_memory else request.context_path.parent) if use_callback else None
     graph = _GraphBuffer()
     try:
-        # ORT names compiled partitions (and QNN its graphs inside the blob) after a hash of the model path
-        # as given: opening it as a bare file name from its own directory keeps the output bytes the same
-        # wherever the model lives and however its path was spelled.
-        with _working_directory(source.parent), native_stdout_to_stderr():
+        with _model_for_ort(request.source, options, request.in_process) as model, native_stdout_to_stderr():
             compiler = ort.ModelCompiler(
                 options,
-                source.name,
+                model,
                 embed_compiled_data_into_model=False,  # we embed ourselves, after checking the size (graphpass)
                 flags=flags,
                 get_initializer_location_func=guard.wrap(data_pass.location_func),
@@ -142,23 +152,25 @@ def _attempt(
                 compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
             _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard)
     except Exception as exc:
-        _raise_translated(exc, guard.error, ep, source)
+        _raise_translated(exc, guard.error, request.ep, request.source)
     return OrtOutput(graph.buffer.getvalue(), sink)
 
 
-_CWD_LOCK = threading.Lock()  # the working directory is process-wide: one compile at a time changes it
-
-
 @contextlib.contextmanager
-def _working_directory(directory: Path) -> Iterator[None]:
-    """Everything else ortcompile touches meanwhile uses absolute paths (staging, digests, blobs)."""
-    with _CWD_LOCK:
-        previous = os.getcwd()
-        os.chdir(directory)
-        try:
-            yield
-        finally:
-            os.chdir(previous)
+def _model_for_ort(source: Path, options: Any, in_process: bool) -> Iterator[str | bytes]:
+    """How ORT is given the model, so the output does not depend on where the model lives.
+
+    ORT names compiled partitions (and QNN its graphs inside the blob) after a hash of the model path as
+    given. In the worker child (a process of its own) the model is opened by its bare file name from its
+    own directory. In this process the working directory is not ours to change: the graph is passed as
+    bytes, its external data found through ORT's folder option (ORT then hashes the graph's contents).
+    """
+    if in_process:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir(source)))
+        yield source.read_bytes()
+        return
+    os.chdir(model_dir(source))  # the worker's own process: nothing else runs in it
+    yield source.name
 
 
 def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
@@ -205,16 +217,26 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
         raise exc
     text = str(exc)
     if NOTHING_COMPILED in text:
-        raise CompilationFailed(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
-    if any(marker in text for marker in _INVALID_MODEL_MARKERS):
-        raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {_ort_message(text)}", detail=text) from exc
-    raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {_ort_message(text)}", detail=text) from exc
+        raise NothingCompiled(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
+    if any(marker in text for marker in _INVALID_MODEL_MARKERS) and not _cpu_can_load(source):
+        raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(text)}", detail=text) from exc
+    # The model itself is fine (the CPU EP loads it): the EP failed while partitioning or compiling it.
+    raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {ort_reason(text)}", detail=text) from exc
 
 
-def _ort_message(text: str) -> str:
-    """ORT errors read '[ONNXRuntimeError] : 1 : FAIL : file.cc:123 Func message'; keep the message."""
-    line = first_line(Exception(text))
-    return line.split(" : ")[-1] if " : " in line else line
+def _cpu_can_load(source: Path) -> bool:
+    """Tell a broken model (exit 3) from an EP that cannot handle a valid one (exit 1): only on failure."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    configure_session_logging(options)
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        with native_stdout_to_stderr(quiet_stderr=True):
+            ort.InferenceSession(str(source.absolute()), options, providers=["CPUExecutionProvider"])
+    except Exception:
+        return False
+    return True
 
 
 def tiny_static_model() -> Any:

@@ -1,11 +1,17 @@
-"""Static shapes for NPU EPs: turn --fix-dim / --fix-shape into ONNX Runtime free-dimension overrides.
+"""Static shapes for NPU EPs: --fix-dim / --fix-shape become pins, and a compile that needs static shapes
+refuses to start while an input dimension is still dynamic.
 
-NPU EPs such as QNN compile nothing when an input has a symbolic dimension. ORT's session option
-`add_free_dimension_override_by_name` pins a named dimension for the whole graph, and the compiled
-model then carries the fixed shape.
+NPU EPs such as QNN compile nothing useful from a dynamic graph: they take only the shape-computation
+glue (Shape, Gather, Concat on int64 tensors) and the output then fails to load. The prepare step writes
+the pins into the graph itself (named dims everywhere they appear, unnamed ones on their input) so ORT's
+constant folding can turn the shape glue into constants; without it (`--no-prepare`) named dims are
+pinned through ORT's free-dimension overrides, which cannot reach unnamed dims.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
@@ -13,14 +19,34 @@ from ortcompile.errors import UsageError
 INT64_MAX = 2**63 - 1  # ONNX Runtime takes dimensions as int64
 
 
-def parse_fix_dims(pairs: list[str] | tuple[str, ...]) -> dict[str, int]:
-    """NAME=VALUE pairs, e.g. batch=1."""
+@dataclass(frozen=True)
+class Pins:
+    """Values for a model's dynamic input dimensions."""
+
+    named: dict[str, int] = field(default_factory=dict)  # symbolic dim name -> value, for the whole graph
+    unnamed: dict[str, dict[int, int]] = field(default_factory=dict)  # input -> {axis: value} for dims without a name
+
+    def shape_of(self, model_input: InputInfo) -> tuple[int | str | None, ...]:
+        """The input's dims with the pins applied (what is left dynamic stays a name or None)."""
+        axes = self.unnamed.get(model_input.name, {})
+        return tuple(
+            axes.get(axis, d) if d is None else self.named.get(d, d) if isinstance(d, str) else d
+            for axis, d in enumerate(model_input.dims)
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {"dims": dict(sorted(self.named.items())), "unnamed": {k: {str(a): v for a, v in sorted(axes.items())} for k, axes in sorted(self.unnamed.items())}}
+
+
+def parse_fix_dims(pairs: Iterable[str | tuple[str, str]] | Mapping[str, str | int]) -> dict[str, int]:
+    """NAME=VALUE pairs (strings, or (name, value) tuples from the CLI's KEY=VALUE type), e.g. batch=1."""
     dims: dict[str, int] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
+    for pair in pairs.items() if isinstance(pairs, Mapping) else pairs:
+        name, sep, value = pair.partition("=") if isinstance(pair, str) else (pair[0], "=", str(pair[1]))
+        shown = pair if isinstance(pair, str) else f"{name}={value}"
         if not sep or not name.strip():
-            raise UsageError(f"bad --fix-dim {pair!r}: expected NAME=VALUE, e.g. batch=1")
-        dims[name.strip()] = _positive(value, f"--fix-dim {pair!r}")
+            raise UsageError(f"bad --fix-dim {shown!r}: expected NAME=VALUE, e.g. batch=1")
+        dims[name.strip()] = _positive(value, f"--fix-dim {shown!r}")
     return dims
 
 
@@ -47,23 +73,28 @@ def _positive(text: str, what: str) -> int:
     return value
 
 
-def dimension_overrides(source: SourceModel, fix_dims: dict[str, int], fix_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
-    """Check the requests against the model's inputs; return symbolic name -> value."""
+def resolve_pins(source: SourceModel, fix_dims: dict[str, int], fix_shapes: dict[str, tuple[int, ...]], *, allow_unnamed: bool = True) -> Pins:
+    """Check the requests against the model's inputs. Unnamed dims can be pinned only by the prepare step."""
     known = source.symbolic_dims
     for name in fix_dims:
         if name not in known:
             listed = ", ".join(sorted(known)) or "none"
             raise UsageError(f"--fix-dim {name}: the model has no symbolic dimension {name!r} (it has: {listed})")
-    overrides = dict(fix_dims)
+    pins = Pins(dict(fix_dims), {})
     inputs = {i.name: i for i in source.inputs}
     for input_name, shape in fix_shapes.items():
         if input_name not in inputs:
             raise UsageError(f"--fix-shape {input_name}: the model has no input {input_name!r} (it has: {', '.join(inputs)})")
-        _merge_shape(overrides, inputs[input_name], shape)
-    return overrides
+        _merge_shape(pins, inputs[input_name], shape, allow_unnamed)
+    return pins
 
 
-def _merge_shape(overrides: dict[str, int], model_input: InputInfo, shape: tuple[int, ...]) -> None:
+def dimension_overrides(source: SourceModel, fix_dims: dict[str, int], fix_shapes: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """Named pins only, for ORT's free-dimension overrides (sessions and compiles without the prepare step)."""
+    return resolve_pins(source, fix_dims, fix_shapes, allow_unnamed=False).named
+
+
+def _merge_shape(pins: Pins, model_input: InputInfo, shape: tuple[int, ...], allow_unnamed: bool) -> None:
     if len(shape) != len(model_input.dims):
         raise UsageError(f"--fix-shape {model_input.name}: the input has rank {len(model_input.dims)}, not {len(shape)}")
     for axis, (declared, wanted) in enumerate(zip(model_input.dims, shape)):
@@ -71,18 +102,42 @@ def _merge_shape(overrides: dict[str, int], model_input: InputInfo, shape: tuple
             if declared != wanted:
                 raise UsageError(f"--fix-shape {model_input.name}: dimension {axis} is fixed at {declared}, not {wanted}")
         elif declared is None:
-            raise UsageError(
-                f"--fix-shape {model_input.name}: dimension {axis} has no name, so ONNX Runtime cannot pin it"
-            )
-        elif overrides.setdefault(declared, wanted) != wanted:
-            raise UsageError(f"--fix-shape {model_input.name}: dimension {declared!r} is already fixed to {overrides[declared]}")
+            if not allow_unnamed:
+                raise UsageError(f"--fix-shape {model_input.name}: dimension {axis} has no name, so ONNX Runtime cannot pin it "
+                                 "(the prepare step can: drop --no-prepare)")
+            pins.unnamed.setdefault(model_input.name, {})[axis] = wanted
+        elif pins.named.setdefault(declared, wanted) != wanted:
+            raise UsageError(f"--fix-shape {model_input.name}: dimension {declared!r} is already fixed to {pins.named[declared]}")
+
+
+def still_dynamic(source: SourceModel, pins: Pins) -> list[InputInfo]:
+    """Inputs with a dimension no pin reaches, shown with the pins applied."""
+    left = []
+    for model_input in source.inputs:
+        shape = pins.shape_of(model_input)
+        if any(not isinstance(d, int) for d in shape):
+            left.append(InputInfo(model_input.name, shape))
+    return left
+
+
+def require_static(source: SourceModel, pins: Pins, ep_short_name: str) -> None:
+    """Refuse before any work: an NPU EP given a dynamic graph compiles only shape glue that does not load."""
+    left = still_dynamic(source, pins)
+    if not left:
+        return
+    names = sorted({d for i in left for d in i.dims if isinstance(d, str)})
+    unnamed = [i for i in left if any(d is None for d in i.dims)]
+    flags = [f"--fix-dim {n}=N" for n in names]
+    flags += [f"--fix-shape {i.name}=" + ",".join(str(d) if isinstance(d, int) else "N" for d in i.dims) for i in unnamed]
+    raise UsageError(f"{ep_short_name} compiles static shapes only, and these inputs are still dynamic: "
+                     f"{', '.join(i.describe() for i in left)}; add {' '.join(flags)} (N: the size you will run with)")
 
 
 def dynamic_inputs_hint(source: SourceModel, overrides: dict[str, int]) -> str:
     """Say which inputs are still dynamic and how to pin them; empty when none are."""
-    still = [i for i in source.dynamic_inputs if any(not isinstance(d, int) and d not in overrides for d in i.dims)]
-    if not still:
+    left = still_dynamic(source, Pins(overrides, {}))
+    if not left:
         return ""
-    names = sorted({d for i in still for d in i.dims if isinstance(d, str) and d not in overrides})
-    fix = " ".join(f"--fix-dim {n}=1" for n in names) or f"--fix-shape {still[0].name}=..."
-    return f"; dynamic inputs: {', '.join(i.describe() for i in still)}; NPU EPs need static shapes: try {fix}"
+    names = sorted({d for i in left for d in i.dims if isinstance(d, str)})
+    fix = " ".join(f"--fix-dim {n}=1" for n in names) or f"--fix-shape {left[0].name}=..."
+    return f"; dynamic inputs: {', '.join(i.describe() for i in left)}; NPU EPs need static shapes: try {fix}"

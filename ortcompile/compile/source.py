@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.errors import InvalidModel, first_line
+from ortcompile.onnxfacts import input_dims
 
 PROTOBUF_LIMIT = 2**31 - 1  # protobuf refuses to serialize or parse a message larger than this
 
@@ -263,12 +264,4 @@ def _inline_nbytes(tensor: Any, expected: int | None) -> int:
 
 
 def _input_info(value_info: object) -> InputInfo:
-    tensor_type = value_info.type.tensor_type  # type: ignore[attr-defined]
-    dims: list[int | str | None] = []
-    if tensor_type.HasField("shape"):
-        for dim in tensor_type.shape.dim:
-            if dim.HasField("dim_value"):
-                dims.append(int(dim.dim_value))
-            else:
-                dims.append(dim.dim_param or None)
-    return InputInfo(value_info.name, tuple(dims))  # type: ignore[attr-defined]
+    return InputInfo(value_info.name, input_dims(value_info))  # type: ignore[attr-defined]

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import mmap
 import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ortcompile.output.manifest import InputFile
 
-HASH_CHUNK = 16 << 20
+HASH_WINDOW = 32 << 20
+HASH_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -41,13 +44,29 @@ def hash_and_sync(path: Path) -> WrittenFile:
 
 
 def hash_file(path: Path) -> WrittenFile:
+    """Read through one small buffer: a fresh multi-MiB buffer per read would land on the thread's malloc
+    arena, which keeps it after it is freed, so a batch's footprint would grow with each hashing thread."""
     digest = hashlib.sha256()
+    buffer = bytearray(HASH_CHUNK)
+    view = memoryview(buffer)
     size = 0
     with open(path, "rb", buffering=0) as stream:
-        while chunk := stream.read(HASH_CHUNK):
-            digest.update(chunk)
-            size += len(chunk)
+        while count := stream.readinto(buffer):
+            digest.update(view[:count])
+            size += count
     return WrittenFile(path.name, size, digest.hexdigest())
+
+
+def hash_file_range(digest: Any, fd: int, offset: int, length: int) -> None:
+    """Feed bytes [offset, offset + length) of a file to `digest`, mapping at most HASH_WINDOW at a time
+    (a tensor being copied inside the kernel is hashed from the source's page cache, never read twice)."""
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    end = offset + length
+    while start < end:
+        size = min(HASH_WINDOW, end - start)
+        with mmap.mmap(fd, size, prot=mmap.PROT_READ, offset=start) as window, memoryview(window) as view:
+            digest.update(view[max(offset, start) - start : size])
+        start += size
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ortcompile import __version__, eps
 from ortcompile.compile.source import model_dir
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
-from ortcompile.options import CompileOptions
+from ortcompile.options import CHECK_MODES, CompileOptions
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError, Versions
 
@@ -122,8 +122,10 @@ def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, 
     if info is None or manifest.ep != info.short_name:
         return "the execution provider differs"
     require = info.compiles if options.require_compiled is None else options.require_compiled
-    if manifest.options != options.recorded(info.short_name, require):
+    if manifest.options != options.recorded(info.short_name, require, info.compiles):
         return "options differ"
+    if _check_strength(manifest.check) < CHECK_MODES.index(options.check):
+        return f"the output was published with a weaker check than --check {options.check}"
     versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
     if manifest.versions != versions:
         return "ortcompile, onnxruntime or EP version differs"
@@ -132,6 +134,13 @@ def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, 
         if not target.is_file() or target.stat().st_size != entry.size:
             return f"output {entry.name} is missing or changed size"
     return _inputs_changed(source, output_dir, names, manifest)
+
+
+def _check_strength(check: dict[str, Any] | None) -> int:
+    """How much the recorded pre-publish check proved (an output from before checks existed proved nothing)."""
+    if not check or not check.get("passed"):
+        return 0
+    return CHECK_MODES.index(check["mode"]) if check.get("mode") in CHECK_MODES else 0
 
 
 def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest: Manifest) -> str:

@@ -23,7 +23,7 @@ from ortcompile.options import Tolerance
 from ortcompile.readback.inputs import make_inputs
 from ortcompile.readback.inspect import inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
-from ortcompile.run.sessions import open_timed_session, probe_load
+from ortcompile.run.sessions import open_session, probe_load
 
 VERIFY_FORMAT = "ortcompile-verify/1"
 
@@ -181,19 +181,19 @@ def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[dict[str, Any]
 def _compare_sessions(report: VerifyReport, ep: eps.ResolvedEp, seeds: list[int], time_source: bool) -> None:
     """One session at a time, each freed before the next: a large model is never held twice."""
     dims = report.dims
-    timed = open_timed_session(report.compiled, ep, dims)
+    timed = open_session(report.compiled, ep, dims)
     report.session_seconds["compiled"] = round(timed.seconds, 3)
     compiled_outputs = _run_all(timed.session, seeds, dims)
     del timed
     gc.collect()
 
     if time_source and ep.name != eps.CPU_EP:
-        source_timed = open_timed_session(report.reference, ep, dims)
+        source_timed = open_session(report.reference, ep, dims)
         report.session_seconds["source_on_ep"] = round(source_timed.seconds, 3)
         del source_timed
         gc.collect()
 
-    reference_timed = open_timed_session(report.reference, None, dims)
+    reference_timed = open_session(report.reference, None, dims)
     report.session_seconds["source_on_cpu"] = round(reference_timed.seconds, 3)
     if ep.name == eps.CPU_EP:
         report.session_seconds["source_on_ep"] = report.session_seconds["source_on_cpu"]

@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from ortcompile.compile.job import peak_rss_bytes
 from ortcompile.errors import VerificationFailed
+from ortcompile.native import peak_rss_bytes
 from ortcompile.options import Tolerance
 from ortcompile.readback.inputs import make_inputs
 from ortcompile.readback.verify import OutputComparison, compare_outputs
 from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, reset_peak_rss, rss_bytes
-from ortcompile.run.sessions import open_timed_session
+from ortcompile.run.sessions import open_session
 
 BENCH_FORMAT = "ortcompile-bench/1"
 
@@ -162,11 +162,11 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
 
 def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
     """Seeded inputs, the source's outputs on the CPU EP, and how long the source takes to load on the pool's EP."""
-    on_ep = open_timed_session(source, pool.ep, dims)
+    on_ep = open_session(source, pool.ep, dims)
     load_seconds = on_ep.seconds
     del on_ep
     gc.collect()
-    cpu = open_timed_session(source, None, dims).session
+    cpu = open_session(source, None, dims).session
     inputs, _ = make_inputs(cpu, seed, dims)
     names = [o.name for o in cpu.get_outputs()]
     outputs = dict(zip(names, cpu.run(names, inputs)))

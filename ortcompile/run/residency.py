@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from ortcompile import eps
-from ortcompile.errors import CompilationFailed, UsageError, first_line
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr, vm_hwm_bytes
-from ortcompile.run.sessions import require_provider
+from ortcompile.errors import UsageError
+from ortcompile.native import vm_hwm_bytes
+from ortcompile.run import sessions
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
 DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
@@ -120,20 +120,13 @@ class SessionPool:
         It also fails cleanly (EpUnavailable) where the EP cannot create sessions, before graph capture
         could abort the process.
         """
-        import onnxruntime as ort
-
         from ortcompile.compile.ortstep import tiny_static_model
 
         before = rss_bytes()
-        options = ort.SessionOptions()
-        configure_session_logging(options)
         plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},
                                self.ep.version)
-        plain.configure(options)
-        with native_stdout_to_stderr(quiet_stderr=True):
-            session = ort.InferenceSession(tiny_static_model().SerializeToString(), options)
-        require_provider(session, self.ep)
-        session.run(None, {"x": np.ones((1, 8), np.float32)})
+        session = sessions.open_session(tiny_static_model().SerializeToString(), plain, label="a one-node model").session
+        sessions.run_session(session, {"x": np.ones((1, 8), np.float32)}, "a one-node model", plain)
         del session
         gc.collect()
         release_free_heap()
@@ -206,22 +199,11 @@ class SessionPool:
             self.evict(victims[0])
 
     def _load(self, name: str) -> _Resident:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        configure_session_logging(options)
-        self.ep.configure(options)
-        for dim, value in self.dims.items():
-            options.add_free_dimension_override_by_name(dim, value)
+        options = sessions.session_options(self.ep, self.dims)
         release_free_heap()  # freed-but-kept heap would be reused by the session and hide its footprint
-        start_rss, start = rss_bytes(), time.perf_counter()
-        try:
-            with native_stdout_to_stderr(quiet_stderr=True):
-                session = ort.InferenceSession(str(self.models[name]), options)
-        except Exception as exc:
-            raise CompilationFailed(f"{name}: cannot load on {self.ep.name}: {first_line(exc)}", detail=str(exc)) from exc
-        seconds = time.perf_counter() - start
-        require_provider(session, self.ep)
+        start_rss = rss_bytes()
+        timed = sessions.open_session(self.models[name], self.ep, options=options, label=name, failure=f"cannot load on {self.ep.name}")
+        session, seconds = timed.session, timed.seconds
         entry = _Resident(session, max(0, rss_bytes() - start_rss))
         self.footprints[name] = entry.footprint
         self.resident[name] = entry
@@ -230,8 +212,7 @@ class SessionPool:
         return entry
 
     def _run_plain(self, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        names = [o.name for o in entry.session.get_outputs()]
-        return dict(zip(names, entry.session.run(names, feeds)))
+        return sessions.run_session(entry.session, feeds, "a pipeline model", self.ep)
 
     def _run_bound(self, name: str, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Graph capture: inputs and outputs live in device values bound once per session."""

@@ -1,15 +1,26 @@
-"""Creating inference sessions for compiled and source models on a chosen EP, timed."""
+"""The one session factory: every inference session ortcompile opens (verify, bench, the residency pool,
+in-memory artifacts, the pre-publish check) is made here, so none of them can silently run on the CPU.
+
+ONNX Runtime falls back to the CPU EP in two places: when an EP fails to create its session (the session
+then lists only the CPU EP) and, in its Python wrapper, when `run()` hits an EP failure (it rebuilds the
+session on the CPU EP and runs again). The first is refused by `require_provider`, the second by
+`disable_fallback()` on every session: an EP failure is an error with the EP's own message.
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ortcompile.eps import CPU_EP, ResolvedEp
-from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line
+from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, ort_reason
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+
+RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
+_UNREADABLE = ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")
 
 
 @dataclass
@@ -18,26 +29,40 @@ class TimedSession:
     seconds: float
 
 
-def open_timed_session(model: Path, ep: ResolvedEp | None, dims: dict[str, int]) -> TimedSession:
-    """A session on `ep` (None: the CPU EP), with symbolic dims pinned; load time measured."""
+def session_options(ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, config: Mapping[str, str] | None = None) -> Any:
+    """SessionOptions for `ep` (None: the CPU EP) with symbolic dims pinned and extra config entries."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     configure_session_logging(options)
     if ep is not None:
         ep.configure(options)
-    for name, value in dims.items():
+    for name, value in (dims or {}).items():
         options.add_free_dimension_override_by_name(name, value)
+    for key, value in (config or {}).items():
+        options.add_session_config_entry(key, value)
+    return options
+
+
+def open_session(model: Path | bytes, ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, *,
+                 config: Mapping[str, str] | None = None, options: Any = None, label: str | None = None,
+                 failure: str = "session creation failed") -> TimedSession:
+    """A session on `ep` (None: the CPU EP); load time measured; no CPU fallback at creation or at run time."""
+    import onnxruntime as ort
+
+    options = options if options is not None else session_options(ep, dims, config)
+    shown = label or (str(model) if isinstance(model, Path) else "the model")
     start = time.perf_counter()
     try:
         with native_stdout_to_stderr(quiet_stderr=True):
-            session = ort.InferenceSession(str(model), options)
+            session = ort.InferenceSession(str(model) if isinstance(model, Path) else model, options)
     except Exception as exc:
         text = str(exc)
-        if any(marker in text for marker in ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")):
-            raise InvalidModel(f"{model}: cannot load: {first_line(exc)}", detail=text) from exc
-        raise CompilationFailed(f"{model}: session creation failed: {first_line(exc)}", detail=text) from exc
+        if any(marker in text for marker in _UNREADABLE):
+            raise InvalidModel(f"{shown}: cannot load: {ort_reason(text)}", detail=text) from exc
+        raise CompilationFailed(f"{shown}: {failure}: {ort_reason(text)}", detail=text) from exc
     seconds = time.perf_counter() - start
+    session.disable_fallback()  # an EP failure inside run() must raise, not rerun everything on the CPU
     require_provider(session, ep)
     return TimedSession(session, seconds)
 
@@ -53,6 +78,28 @@ def require_provider(session: Any, ep: ResolvedEp | None) -> None:
             hint = "; without a GPU, install Mesa's Vulkan 25.x (mesa-vulkan-drivers from bookworm-backports)"
         raise EpUnavailable(f"{ep.info.short_name}: {ep.name} could not create a session on this machine "
                             f"(ONNX Runtime fell back to {used}){hint}")
+
+
+def run_session(session: Any, feeds: Mapping[str, Any], label: str, ep: ResolvedEp | None = None) -> dict[str, Any]:
+    """All outputs by name; an EP failure at run time is a one-line CompilationFailed with the EP's message."""
+    names = [o.name for o in session.get_outputs()]
+    try:
+        with native_stdout_to_stderr():
+            values = session.run(names, dict(feeds))
+    except Exception as exc:
+        who = f"the {ep.info.short_name} EP" if ep is not None and ep.name != CPU_EP else "ONNX Runtime"
+        raise CompilationFailed(f"{label}: {who} failed while running it: {ort_reason(exc)}", detail=str(exc)) from exc
+    return dict(zip(names, values))
+
+
+def placement(session: Any) -> dict[str, dict[str, int]]:
+    """EP name -> {op type: nodes} for a session opened with RECORD_ASSIGNMENT set (ORT 1.31)."""
+    counts: dict[str, dict[str, int]] = {}
+    for subgraph in session.get_provider_graph_assignment_info():
+        per_op = counts.setdefault(subgraph.ep_name, {})
+        for node in subgraph.get_nodes():
+            per_op[node.op_type] = per_op.get(node.op_type, 0) + 1
+    return {ep: dict(sorted(ops.items())) for ep, ops in sorted(counts.items())}
 
 
 def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict[str, int], timeout: float = 600) -> str:
@@ -87,11 +134,13 @@ def _probe_main() -> None:
     import sys
 
     from ortcompile import eps
+    from ortcompile.errors import first_line
 
     spec = json.loads(sys.argv[1])
     try:
-        open_timed_session(Path(spec["model"]), eps.resolve(spec["ep"], spec["ep_options"]), spec["dims"])
+        open_session(Path(spec["model"]), eps.resolve(spec["ep"], spec["ep_options"]), spec["dims"])
     except Exception as exc:  # reported to the parent as the last stderr line
         print(first_line(exc), file=sys.stderr, flush=True)
         os._exit(1)
     os._exit(0)
+

@@ -5,6 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def plural(count: int, noun: str) -> str:
+    """'1 file', '2 files': counts in messages read as English."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def human_size(size: int | None) -> str:
     if size is None:
         return "-"

@@ -1,0 +1,48 @@
+"""`ortcompile bench`: models as a pipeline through a session residency pool, every output checked every cycle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ortcompile.cli.compile import tolerance_options
+from ortcompile.cli.output import current, output_options
+from ortcompile.cli.params import ByteSize, KeyValue, pairs
+
+
+@click.command("bench")
+@click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
+@click.option("--memory-budget", type=ByteSize(), default=None, help="Keep models resident while they fit this much RSS [default: no limit].")
+@click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True, help="Times the whole pipeline runs.")
+@click.option("--ep", default="auto", show_default=True, help="Execution provider to run on.")
+@click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("enableGraphCapture=1"), help="Provider option (repeatable).")
+@click.option("--graph-capture", is_flag=True, help="Capture and replay each session's graph (webgpu); evictions release it.")
+@click.option("--reference", "references", multiple=True, type=click.Path(path_type=str),
+              help="Source model for each MODEL, in order: outputs must match it on the CPU EP (repeatable).")
+@click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), help="Value of a symbolic dimension [default: 1].")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
+@click.option("--ort-log-level", type=click.IntRange(0, 4), default=None, help="ONNX Runtime log severity (0 verbose ... 4 fatal).")
+@tolerance_options
+@output_options
+def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep: str, ep_options: tuple[tuple[str, str], ...], graph_capture: bool,
+            references: tuple[str, ...], fix_dims: tuple[tuple[str, str], ...], seed: int, ort_log_level: int | None, rtol: float, atol: float) -> None:
+    """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
+    from ortcompile.cli.render import bench_text, plural
+    from ortcompile.compile.shapes import parse_fix_dims
+    from ortcompile.errors import UsageError, VerificationFailed
+    from ortcompile.native import set_ort_log_level
+    from ortcompile.options import Tolerance
+    from ortcompile.run.pipeline import run_pipeline
+
+    out = current()
+    set_ort_log_level(out.verbose, ort_log_level)
+    if references and len(references) != len(models):
+        raise UsageError(f"--reference given {plural(len(references), 'time')} for {plural(len(models), 'model')}: give one per model, in order")
+    report = run_pipeline([Path(m) for m in models], memory_budget, cycles, ep, pairs(ep_options), graph_capture,
+                          [Path(r) for r in references] or None, parse_fix_dims(fix_dims), seed, Tolerance(rtol, atol))
+    document = report.to_json()
+    out.result(document, bench_text(document))
+    if not report.ok:
+        bad = next(m for m in report.models if m.mismatches)
+        raise VerificationFailed(f"{bad.name}: output differs from its reference on {plural(len(bad.mismatches), 'run')}")

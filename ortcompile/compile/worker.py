@@ -1,0 +1,240 @@
+"""Run EP work in a child process: a crash in native code ends the child, never ortcompile.
+
+EPs can die instead of raising (a SIGSEGV while compiling, an abort in a destructor). Everything that
+drives an EP — the prepare step, ONNX Runtime's compile, the pre-publish load and run — happens in a
+`Worker`, a spawned child that serves calls over a pipe. The parent reports the child's death as a
+one-line error naming the signal and what the child was doing, and removes the staging directory.
+
+A fresh child per compile is also what makes outputs deterministic: the QNN backend keeps
+process-global counters that end up in its context binary (a model compiled after another one in the
+same process gets different bytes), and memory the EP held is returned to the OS when the child ends.
+
+The child never outlives the parent (PR_SET_PDEATHSIG), ignores Ctrl-C (the parent decides), and sends
+progress events (stages, bytes written) back for the parent's reporter to render.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ortcompile.errors import CompilationFailed
+from ortcompile.progress import Reporter, SilentReporter
+
+_PR_SET_PDEATHSIG = 1
+_POLL_SECONDS = 0.1
+
+
+class WorkerCrashed(CompilationFailed):
+    """The child died from a signal or exited without answering."""
+
+
+class Worker:
+    """A child process that runs module-level functions: `worker.call(func, *args, doing="compiling x")`."""
+
+    def __init__(self, label: str, reporter: Reporter | None = None, verbose: bool = False) -> None:
+        self.label = label  # who might crash, for the message: "the QNN EP"
+        self.reporter = reporter or SilentReporter()
+        # A plain interpreter that imports only ortcompile: not multiprocessing's spawn, which re-runs the
+        # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
+        from_parent, to_child = os.pipe()
+        from_child, to_parent = os.pipe()
+        command = [sys.executable, "-c", "from ortcompile.compile.worker import main; main()",
+                   str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0"]
+        self._process = subprocess.Popen(command, pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL, close_fds=True)
+        os.close(from_parent)
+        os.close(to_parent)
+        self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))
+        self.peak_rss_bytes = 0  # the child's peak during the last call (VmHWM, reset at each call)
+        self._advance: Callable[[int], None] = lambda n: None
+
+    def call(self, func: Callable[..., Any], *args: Any, doing: str) -> Any:
+        """Run `func(*args, reporter=...)` in the child and return its result (or raise its exception)."""
+        self.peak_rss_bytes = 0
+        try:
+            self._conn.send(("call", func, args))
+        except (BrokenPipeError, OSError):
+            raise self._crashed(doing) from None
+        while True:
+            if not self._conn.poll(_POLL_SECONDS):
+                if self._process.poll() is not None and not self._conn.poll(0):
+                    raise self._crashed(doing)
+                self.reporter.tick()
+                continue
+            try:
+                kind, payload, peak = self._conn.recv()
+            except (EOFError, OSError):
+                raise self._crashed(doing) from None
+            self.peak_rss_bytes = max(self.peak_rss_bytes, peak)
+            if kind == "progress":
+                self._relay(*payload)
+            elif kind == "error":
+                raise payload
+            else:
+                return payload
+
+    def _relay(self, event: str, *args: Any) -> None:
+        """A progress event from the child, rendered by this process's reporter."""
+        if event == "bytes_bar":
+            self._advance = self.reporter.bytes_bar(*args)
+        elif event == "advance":
+            self._advance(*args)
+        else:
+            getattr(self.reporter, event)(*args)
+
+    def _crashed(self, doing: str) -> WorkerCrashed:
+        try:
+            code = self._process.wait(2)
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is not None and code < 0:
+            how = f"crashed ({signal.Signals(-code).name})"
+        elif code is None:
+            how = "stopped answering"
+        else:
+            how = f"exited with code {code}"
+        return WorkerCrashed(f"{self.label} {how} while {doing}; nothing was published")
+
+    def close(self) -> None:
+        """Ask the child to leave; kill it if it does not (an EP stuck in native code)."""
+        if self._process.poll() is None:
+            try:
+                self._conn.send(("exit", None, None))
+                self._process.wait(5)
+            except (BrokenPipeError, OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+
+    def kill(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._conn.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.kill()  # interrupted or failed: the child's half-done work goes with the staging directory
+
+
+class _PipeReporter:
+    """The child's reporter: every event goes to the parent, which renders it."""
+
+    def __init__(self, conn: _Duplex) -> None:
+        self._conn = conn
+
+    def _send(self, *event: Any) -> None:
+        self._conn.send(("progress", event, _peak_rss()))
+
+    def stage(self, name: str) -> None:
+        self._send("stage", name)
+
+    def detail(self, message: str) -> None:
+        self._send("detail", message)
+
+    def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
+        self._send("bytes_bar", description, total)
+        return lambda n: self._send("advance", n)
+
+    def tick(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._send("close")
+
+
+class _Duplex:
+    """Two one-way pipes as one connection (what os.pipe gives a child that was started with exec)."""
+
+    def __init__(self, reader: Connection, writer: Connection) -> None:
+        self._reader, self._writer = reader, writer
+
+    def send(self, obj: Any) -> None:
+        self._writer.send(obj)
+
+    def recv(self) -> Any:
+        return self._reader.recv()
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return self._reader.poll(timeout)
+
+    def close(self) -> None:
+        self._reader.close()
+        self._writer.close()
+
+
+def main() -> None:
+    """The child's entry point: `python -c "...main()" READ_FD WRITE_FD PARENT_PID VERBOSE`."""
+    read_fd, write_fd, parent_pid, verbose = (int(a) for a in sys.argv[1:5])
+    _serve(_Duplex(Connection(read_fd, writable=False), Connection(write_fd, readable=False)), parent_pid, bool(verbose))
+
+
+def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
+    """The child's loop: one call at a time until asked to exit or the pipe closes."""
+    _die_with_parent(parent_pid)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    _native_output_to_stderr(verbose)
+    from ortcompile.native import set_ort_log_level
+
+    set_ort_log_level(verbose)
+    reporter = _PipeReporter(conn)
+    while True:
+        try:
+            kind, func, args = conn.recv()
+        except (EOFError, OSError):
+            break
+        if kind != "call":
+            break
+        _reset_peak_rss()  # each call's answer carries its own peak, so stages are measured apart
+        try:
+            answer = ("result", func(*args, reporter=reporter), _peak_rss())
+        except BaseException as exc:  # handed to the parent, which raises it
+            answer = ("error", exc, _peak_rss())
+        try:
+            conn.send(answer)
+        except Exception as exc:  # an unpicklable result or exception: say what it was
+            conn.send(("error", CompilationFailed(f"internal error: cannot hand back {type(exc).__name__}: {exc}"), _peak_rss()))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A SIGKILLed parent must not leave an EP compiling into a staging directory nobody owns."""
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        return  # not Linux: the parent's kill on exit still applies
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _native_output_to_stderr(verbose: bool) -> None:
+    """The child writes nothing to stdout (the parent's --json goes there): EP banners go to stderr or nowhere."""
+    target = sys.stderr.fileno() if verbose else os.open(os.devnull, os.O_WRONLY)
+    os.dup2(target, 1)
+
+
+def _reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")  # Linux >= 4.0: VmHWM restarts from the current RSS
+    except OSError:
+        pass
+
+
+def _peak_rss() -> int:
+    from ortcompile.native import vm_hwm_bytes
+
+    return vm_hwm_bytes() or 0
+
