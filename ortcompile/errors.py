@@ -63,6 +63,13 @@ class EpUnavailable(UsageError):
     """The requested execution provider is not installed or claims no device here."""
 
 
+class ComponentMissing(CompilationFailed):
+    """A library the EP needs is not on this machine (a GPU driver, a device compiler): exit 1.
+
+    The message names the library and where it comes from; nothing was written.
+    """
+
+
 def first_line(exc: BaseException, limit: int = 300) -> str:
     """The first line of an exception's text: ORT messages carry multi-line tracebacks."""
     text = str(exc).strip()
