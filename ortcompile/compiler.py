@@ -105,7 +105,7 @@ class _Job:
         clock = time.perf_counter()
         reporter.stage("reading model")
         source = read_source(source_path)
-        ep = eps.resolve(options.ep, options.ep_options)
+        ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
         overrides = dimension_overrides(source, options.fix_dims, options.fix_shapes)
         require = ep.info.compiles if options.require_compiled is None else options.require_compiled
         names = OutputNames.for_source(source.path)
@@ -140,6 +140,7 @@ class _Job:
             options=self.options.recorded(self.ep.info.short_name, self.require_compiled),
             nodes=_node_counts(self.source, built.graph),
             initializers={"external": built.external_count, "inline": built.inline_count},
+            target=self.ep.target_record(),
         )
         _write_staged(staging.path / self.names.manifest, manifest_bytes(manifest))
         if self.options.verify:

@@ -112,8 +112,10 @@ def build_manifest(
     nodes: dict[str, Any],
     initializers: dict[str, int],
     shared: set[str] | None = None,
+    target: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """`shared`: names of files other models of a --share-weights batch reference too."""
+    """`shared`: names of files other models of a --share-weights batch reference too; `target`: what the EP
+    compiled for (eps.ResolvedEp.target_record: name, provider options, device)."""
     entries = []
     for f, role in files:
         entry: dict[str, Any] = {"name": f.name, "role": role, "size": f.size, "sha256": f.sha256}
@@ -129,6 +131,7 @@ def build_manifest(
         "options": options,
         "nodes": nodes,
         "initializers": initializers,
+        **({"target": target} if target else {}),
     }
 
 

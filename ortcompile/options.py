@@ -32,6 +32,8 @@ class CompileOptions:
     verify_tolerance: Tolerance = field(default_factory=Tolerance)
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
+    target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
+    ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
 
     def recorded(self, ep_name: str, require_compiled: bool) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
@@ -44,6 +46,7 @@ class CompileOptions:
             "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
             "require_compiled": require_compiled,
             "share_weights": self.share_weights,
+            **({"target": self.target} if self.target else {}),
         }  # verify settings are left out: they do not change a byte of the output
 
 
