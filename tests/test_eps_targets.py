@@ -178,3 +178,16 @@ def test_compiled_model_metadata_is_readable_without_onnxruntime(tmp_path: Path)
     proto = onnx.load(str(model), load_external_data=False)
     keys = [p.key for p in proto.metadata_props]
     assert "ep_compatibility_info.QNNExecutionProvider" in keys
+
+
+def test_cuda_major_mismatch_names_the_wheel_to_install() -> None:
+    """The decision alone, on the version numbers a driver reports (12080 = CUDA 12.8): no driver is loaded here."""
+    from ortcompile.eps.diagnose import cuda_mismatch
+
+    info = eps.lookup("nvtrtrtx")
+    message = cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu13", 12080)
+    assert message == ("nvtensorrtrtx: onnxruntime-ep-nv-tensorrt-rtx-cu13 is built for CUDA 13, but this NVIDIA driver supports CUDA up "
+                       "to 12.8: install onnxruntime-ep-nv-tensorrt-rtx-cu12 instead, or update the NVIDIA driver")
+    assert cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu13", 13000) is None
+    assert cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu12", 12080) is None
+    assert cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu12", None) is None  # no driver: nothing to compare
