@@ -85,8 +85,8 @@ def register(info: EpInfo, virtual: bool = False) -> Any:
         return None
     module = _import_plugin(info) if info.library is None else None
     name = info.ep_name + (VIRTUAL_SUFFIX if virtual else "")
-    if name in _REGISTERED or (not virtual and any(d.ep_name == info.ep_name for d in ort.get_ep_devices())):
-        return module
+    if name in _REGISTERED or (not virtual and any(d.ep_name == info.ep_name and not _is_virtual(d) for d in ort.get_ep_devices())):
+        return module  # registered already (by us, or by the application: tests register QNN themselves)
     if module is not None:
         mismatch = diagnose.cuda_mismatch(info, info.distribution, diagnose.cuda_driver_version()) if info.cuda_major else None
         if mismatch:
@@ -270,7 +270,8 @@ def list_targets(name: str | None = None) -> list[TargetListing]:
                 listings.append(TargetListing(info, list(static_targets(info)), usable, note))
             else:
                 targets = list_device_targets(info)
-                listings.append(TargetListing(info, targets, bool(targets), "" if targets else "no device here"))
+                usable = any(not t.virtual for t in targets) or (info.compiles and bool(targets))
+                listings.append(TargetListing(info, targets, usable, "" if usable else f"no device here; {_no_device_hint(info)}"))
         except (EpUnavailable, ComponentMissing) as exc:
             listings.append(TargetListing(info, list(static_targets(info)), False, exc.message))
     return listings

@@ -155,8 +155,12 @@ def device_targets(info: EpInfo, devices: list[Any]) -> list[Target]:
     """One target per device: real ones named by type (cpu, gpu, npu; :N when several), virtual NPUs by platform."""
     targets: list[Target] = []
     counts: dict[str, int] = {}
+    seen: list[dict[str, Any]] = []
     for device in devices:
         data = describe_device(device)
+        if data in seen:  # a factory registered later also claims an earlier registration's virtual device
+            continue
+        seen.append(data)
         kind = data["type"].lower()
         meta = data["ep_metadata"]
         match: list[tuple[str, str]] = [("type", data["type"]), ("virtual", "1" if data["virtual"] else "0"),
