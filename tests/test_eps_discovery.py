@@ -160,3 +160,22 @@ def test_ep_library_registers_the_webgpu_plugin_by_path(tmp_path: Path) -> None:
 def test_ep_library_with_a_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="no such file"):
         eps.resolve("WebGpuExecutionProvider", library=str(tmp_path / "nope.so"))
+
+
+def test_compile_with_ep_library(tmp_path: Path) -> None:
+    """The whole compile path with a library registered by path: QNN's library, no package import, the backend
+    given as an option (only a package can tell ortcompile where QNN's backend library is)."""
+    out = tmp_path / "out"
+    result = child(f"""
+        import json, warnings
+        warnings.simplefilter("ignore")
+        import onnxruntime_qnn
+        from ortcompile import CompileOptions, compile_model
+        options = CompileOptions(ep="QNNExecutionProvider", ep_library=onnxruntime_qnn.get_library_path(),
+                                 ep_options={{"backend_path": onnxruntime_qnn.get_qnn_htp_path()}})
+        result = compile_model({str(FIXTURES / "mlp.onnx")!r}, {str(out)!r}, options)
+        manifest = json.loads((result.output_dir / "mlp_ctx.manifest.json").read_text())
+        print(json.dumps({{"ep": result.ep, "epcontext": result.epcontext_nodes, "target": manifest.get("target")}}))
+    """)
+    assert result["ep"] == "QNNExecutionProvider" and result["epcontext"] == 1
+    assert result["target"]["name"] == "sc8380xp"  # the catalog's data (default target) applies to the library too

@@ -84,8 +84,9 @@ def test_runtime_only_option_warns_and_changes_no_byte(option: str, tmp_path: Pa
     assert runs["plain"] == runs["option"] and any(name.endswith("_ctx.onnx") for name in runs["plain"])
 
 
-def test_an_ep_that_crashes_on_an_option_is_contained(tmp_path: Path) -> None:
-    """WebGPU aborts the process when graph capture is asked of a compile session: the probe's child dies, not us."""
+def test_an_ep_that_crashes_is_contained(tmp_path: Path) -> None:
+    """onnxruntime-ep-webgpu 0.4.0 aborts a compile session on Mesa's software Vulkan (BufferManager assertion),
+    with or without options: the probe's child dies, not ortcompile, and the options are not blamed."""
     pytest.importorskip("onnxruntime_ep_webgpu")
     import webgpu_env
 
@@ -93,7 +94,7 @@ def test_an_ep_that_crashes_on_an_option_is_contained(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = run_cli("compile", FIXTURES / "mlp.onnx", "-o", out, "--ep", "webgpu", "--ep-option", "enableGraphCapture=1")
     assert proc.returncode == 1, proc.stderr
-    assert_one_line_error(proc.stderr, "webgpu: WebGpuExecutionProvider crashed (SIGABRT)", "--ep-option")
+    assert_one_line_error(proc.stderr, "webgpu: WebGpuExecutionProvider crashed (SIGABRT)", "even without --ep-option")
     assert snapshot(out) is None
 
 

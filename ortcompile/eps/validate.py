@@ -152,8 +152,8 @@ def _ort_message(text: str) -> str:
 def validate_options(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool = False, isolate: bool = True) -> list[str]:
     """Raise UsageError for option values the EP refuses, ComponentMissing for missing libraries; return warnings.
 
-    With `isolate` (the default) the probes run in a child process: an EP that crashes on a value (WebGPU aborts
-    on graph capture in a compile session) cannot take the caller down, and the compile that follows starts from
+    With `isolate` (the default) the probes run in a child process: an EP that crashes (onnxruntime-ep-webgpu
+    0.4.0 aborts compile sessions on a software Vulkan) cannot take the caller down, and the compile that follows starts from
     a fresh EP state (QNN's process-wide counters reach its context binary: the output bytes do not depend on
     whether options were checked).
     """
@@ -174,31 +174,41 @@ _MARK = "ortcompile-validate: "
 
 
 def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool) -> list[str]:
-    import json
-    import signal
-    import subprocess
 
     from ortcompile import errors, native
 
     spec = {"ep": ep.info.ep_name, "library": ep.info.library, "options": user_options, "verbose": native._show_native_output,
             "target": ep.target.name if ep.target is not None and explicit_target else None}
+    answer, crash, log = _run_child(spec)
+    if crash is not None:
+        blame = "check the --ep-option values (-v shows its log)"
+        if user_options and _run_child({**spec, "options": {}})[1] is not None:
+            blame = "even without --ep-option: this EP cannot compile on this machine"
+        raise CompilationFailed(f"{ep.info.short_name}: {ep.name} crashed ({crash}) when started on a one-node model; {blame}", detail=log)
+    if "error" in answer:
+        cls = getattr(errors, answer["error"]["class"], CompilationFailed)
+        raise cls(answer["error"]["message"], detail=answer["error"]["detail"])
+    return answer["warnings"]
+
+
+def _run_child(spec: dict) -> tuple[dict, str | None, str]:
+    """(answer, how it crashed or None, its stderr)."""
+    import json
+    import signal
+    import subprocess
+
     code = "from ortcompile.eps.validate import _child_main; _child_main()"
     try:
         child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired as exc:
-        raise CompilationFailed(f"{ep.info.short_name}: {ep.name} did not start within 600 s with these options") from exc
+    except subprocess.TimeoutExpired:
+        return {}, "no answer within 600 s", ""
     if spec["verbose"] and child.stderr:
         sys.stderr.write(child.stderr)
     answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
     if child.returncode != 0 or not answers:
         how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
-        raise CompilationFailed(f"{ep.info.short_name}: {ep.name} crashed ({how}) when started with these options on a one-node "
-                                "model; check the --ep-option values (-v shows its log)", detail=child.stderr)
-    answer = json.loads(answers[-1])
-    if "error" in answer:
-        cls = getattr(errors, answer["error"]["class"], CompilationFailed)
-        raise cls(answer["error"]["message"], detail=answer["error"]["detail"])
-    return answer["warnings"]
+        return {}, how, child.stderr
+    return json.loads(answers[-1]), None, child.stderr
 
 
 def _child_main() -> None:
