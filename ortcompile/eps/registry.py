@@ -183,6 +183,8 @@ def _resolve_one(info: EpInfo, options: dict[str, str], target: str | None, vali
         if first in options and second in options:
             raise UsageError(f"{info.short_name}: --ep-option {first} and {second} choose the same thing; give only one "
                              f"({first} is enough: ortcompile then leaves out its own {second})")
+    if info.cuda_major and (twice := diagnose.installed_twice(info)):
+        notes.append(twice)
     chosen, virtual = _choose_target(info, target)
     module = register(info)
     if virtual:
