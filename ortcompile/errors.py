@@ -66,6 +66,13 @@ class EpUnavailable(UsageError):
     """The requested execution provider is not installed or claims no device here."""
 
 
+class ComponentMissing(CompilationFailed):
+    """A library the EP needs is not on this machine (a GPU driver, a device compiler): exit 1.
+
+    The message names the library and where it comes from; nothing was written.
+    """
+
+
 def shorten(text: str, limit: int = 300) -> str:
     """At most `limit` characters, cut at a word boundary with an ellipsis: never mid-word."""
     if len(text) <= limit:

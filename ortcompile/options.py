@@ -41,6 +41,8 @@ class CompileOptions:
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
     prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
     check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
+    target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
+    ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
 
     def __post_init__(self) -> None:
         if self.check not in CHECK_MODES:
@@ -60,6 +62,7 @@ class CompileOptions:
             "require_compiled": require_compiled,
             "share_weights": self.share_weights,
             "prepare": self.prepare and compiles,  # only a compiling EP's input is prepared
+            **({"target": self.target} if self.target else {}),
         }  # verify and check settings are left out: they do not change a byte of the output
 
 

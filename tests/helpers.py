@@ -23,13 +23,15 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 STAGE_PREFIX = ".ortcompile-stage-"
 
-# QNN (HTP simulator) vs CPU EP on the compiled fixtures, 100 seeded standard-normal inputs each:
-# max |QNN - CPU| = 9.5e-7 (mlp, dynamic) and 6.0e-7 (split), for outputs up to 2.9 in magnitude; the worst
-# element uses 4.9% of the bound below (atol + rtol*|ref|). That is float32 summation-order noise: the
-# simulator runs these graphs in fp32. The bound leaves ~20x headroom, yet an fp16 execution (errors ~1e-3),
-# a wrong weight or a dropped partition fails it.
-QNN_ATOL = 1e-5
-QNN_RTOL = 1e-5
+# QNN (HTP simulator) vs CPU EP on the compiled fixtures. ortcompile compiles for a named SoC by default
+# (eps/targets.py: X Elite, soc_model 60), and for any named SoC the simulator computes as the HTP does: float32
+# models run in float16. Measured with 100 seeded standard-normal inputs each: max |QNN - CPU| = 1.55e-3 (mlp,
+# dynamic; outputs up to 2.9) and 7e-4 (split, seeds 0-15; seeds 16, 48 and 64 land an fp16-rounded input of its
+# CPU-side Mod on a step of the modulus: 0.07-0.16). The worst mlp element uses 31% of the bound below
+# (atol + rtol*|ref|): ~3x headroom, while a wrong weight or a dropped partition gives errors of order 1.
+# (Without soc_model the simulator computes in float32, 1e-6 noise, but fails most real models.)
+QNN_ATOL = 5e-3
+QNN_RTOL = 5e-3
 
 
 # ---------------------------------------------------------------- the CLI

@@ -397,6 +397,12 @@ def _vtcm(ws: Ws) -> list[object]:
     return ws.args(ws.src / "split.onnx", "--ep-option", "vtcm_mb=100000", ep="qnn")
 
 
+def _without_openvino(ws: Ws, ep: str) -> list[object]:
+    if importlib.util.find_spec("onnxruntime_ep_openvino") is not None:
+        pytest.skip("onnxruntime-ep-openvino is installed here; this case is about a machine without it")
+    return ws.args(ep=ep)
+
+
 def _finalize_fails(ws: Ws) -> list[object]:
     return ws.args(finalize_failing_model(ws.src / "f.onnx"), ep="qnn")
 
@@ -495,11 +501,11 @@ CASES: list[Case] = [
     Case("graph-with-a-cycle", lambda ws: ws.args(ws.edit(_cycle)), 3, ("ONNX Runtime cannot load this model", "not acyclic")),
     # ---- execution providers
     Case("unknown-ep", lambda ws: ws.args(ep="tpu"), 2, ("unknown execution provider 'tpu'", "qnn", "ortcompile eps")),
-    Case("ep-openvino-not-installed", lambda ws: ws.args(ep="openvino"), 2, ("pip install onnxruntime-ep-openvino",)),
+    Case("ep-openvino-not-installed", lambda ws: _without_openvino(ws, "openvino"), 2, ("pip install onnxruntime-ep-openvino",)),
     Case("ep-webgpu-not-installed-or-no-device", _webgpu, 2, _WEBGPU_NEEDLES),
-    Case("ep-fails-to-start-bad-option-value", lambda ws: ws.args(m(ws), "--ep-option", "soc_model=99999", "--allow-partial", ep="qnn"), 1,
-         ("qnn", "failed to start")),
-    Case("ep-full-name-not-installed", lambda ws: ws.args(ep="OpenVINOExecutionProvider"), 2, ("onnxruntime-ep-openvino",)),
+    Case("ep-refuses-bad-option-value", lambda ws: ws.args(m(ws), "--ep-option", "soc_model=99999", "--allow-partial", ep="qnn"), 2,
+         ("qnn", "refused --ep-option soc_model=99999", "QNN_DEVICE_ERROR_INVALID_CONFIG")),
+    Case("ep-full-name-not-installed", lambda ws: _without_openvino(ws, "OpenVINOExecutionProvider"), 2, ("onnxruntime-ep-openvino",)),
     Case("ep-option-without-equals", lambda ws: ws.args(m(ws), "--ep-option", "backend_path", ep="qnn"), 2,
          ("'--ep-option'", "'backend_path'", "KEY=VALUE")),
     Case("ep-option-empty-key", lambda ws: ws.args(m(ws), "--ep-option", "=burst", ep="qnn"), 2, ("'--ep-option'", "'=burst'")),
@@ -508,7 +514,7 @@ CASES: list[Case] = [
     Case("ep-needs-static-shapes", lambda ws: ws.args(_dynamic(ws), ep="qnn"), 2,
          ("qnn compiles static shapes only", "x[batch,256]", "--fix-dim batch=N")),
     Case("ep-compiles-nothing", lambda ws: ws.args(_cpu_only(ws), ep="qnn"), 1, ("qnn: the EP took none of this model's nodes", "--allow-partial")),
-    Case("ep-fails-mid-compile", _vtcm, 1, ("qnn: compilation failed", "qnn_model_wrapper")),
+    Case("ep-refuses-value-it-fails-on", _vtcm, 2, ("qnn: QNNExecutionProvider refused --ep-option vtcm_mb=100000", "QNN_GRAPH_ERROR")),
     Case("ep-graph-finalize-fails", _finalize_fails, 1, ("qnn: compilation failed",)),
     # ---- --fix-dim / --fix-shape
     Case("fix-dim-without-equals", lambda ws: ws.args(_dynamic(ws), "--fix-dim", "batch", ep="qnn"), 2, ("'--fix-dim'", "'batch'", "NAME=VALUE")),
@@ -632,12 +638,12 @@ def test_bad_input(case: Case, ws: Ws) -> None:
 
 
 def test_ep_failure_detail_with_verbose(ws: Ws) -> None:
-    """-v adds the EP's own words after the one line."""
+    """-v adds the EP's own words after the one line (the value is refused when the EP is probed, before compiling)."""
     result = run_cli(*_vtcm(ws), "-v", env=ws.env)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert "ortcompile: error: qnn: compilation failed" in result.stderr
-    assert "QNN_GRAPH_ERROR" in result.stderr or "CreateQnnGraph" in result.stderr
+    assert "ortcompile: error: qnn: QNNExecutionProvider refused --ep-option vtcm_mb=100000" in result.stderr
+    assert "qnn_model_wrapper" in result.stderr and "CreateQnnGraph" in result.stderr
 
 
 # ---------------------------------------------------------------- disk full at every step

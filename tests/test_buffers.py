@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import FIXTURES, REPO, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
+from helpers import FIXTURES, QNN_ATOL, REPO, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import CompileOptions, LayoutPolicy, compile_model, compile_to_buffers, open_session
@@ -351,7 +351,7 @@ def test_qnn_tempdir_fallback_embeds_the_blob_and_cleans_up() -> None:
     session = open_session(art)
     assert session.get_providers()[0] == "QNNExecutionProvider"
     worst = max_abs_diff_vs_cpu(session, FIXTURES / "split.onnx", range(5))
-    assert worst < 1e-5
+    assert worst < QNN_ATOL
 
 
 def test_qnn_failure_still_removes_the_temp_dir() -> None:
@@ -366,7 +366,7 @@ def test_qnn_fix_dims_and_open_session_with_explicit_ep() -> None:
     assert art.epcontext_nodes == 1 and art.buffers == {}
     session = open_session(art, ep="qnn")
     assert session.get_inputs()[0].shape == [3, 256]
-    assert max_abs_diff_vs_cpu(session, FIXTURES / "dynamic.onnx", range(3), {"batch": 3}) < 1e-5
+    assert max_abs_diff_vs_cpu(session, FIXTURES / "dynamic.onnx", range(3), {"batch": 3}) < QNN_ATOL
 
 
 def test_blob_fallback_irrelevant_for_pass_through_eps() -> None:

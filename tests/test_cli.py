@@ -112,12 +112,13 @@ def test_allow_partial_publishes_a_cpu_only_model_with_a_warning(tmp_path: Path)
 @pytest.mark.parametrize("option", ["soc_model=99999", "device_id=7", "backend_path=/nonexistent"])
 def test_ep_that_cannot_start_fails_even_with_allow_partial(option: str, tmp_path: Path) -> None:
     """A provider option value the EP rejects makes QNN take nothing; that must not pass for "nothing to
-    compile" and publish a CPU-only model (functional-2)."""
+    compile" and publish a CPU-only model (functional-2). The EP is asked before compiling (issue 15): a
+    usage error naming the option, with the EP's reason."""
     out = tmp_path / "out"
     out.mkdir()
     proc = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--ep-option", option, "--allow-partial")
-    assert proc.returncode == 1
-    assert_one_line_error(proc.stderr, "qnn:", "--ep-option")
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "qnn:", f"--ep-option {option}")
     assert snapshot(out) == {}
 
 

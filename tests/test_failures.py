@@ -72,18 +72,19 @@ def previous_output(tmp_path: Path) -> Callable[[str], tuple[Path, Path]]:
 @pytest.mark.parametrize("how", ["finalize", "vtcm"])
 def test_ep_failure_keeps_previous_output(how: str, previous_output: Callable[[str], tuple[Path, Path]]) -> None:
     """finalize: the HTP backend rejects a graph of the model at finalize (QNN_COMMON_ERROR_MEM_ALLOC).
-    vtcm: a VTCM size the backend refuses when it creates the first graph (split.onnx unchanged)."""
+    vtcm: a VTCM size the backend refuses when it creates the first graph (split.onnx unchanged); the option
+    check finds it on a one-node model before the compile starts (a usage error, exit 2)."""
     source, out = previous_output("net")
     if how == "finalize":
         finalize_failing_model(source)
-        args, needle = [], "Failed to finalize QNN graph"
+        args, code, needles = [], 1, ("qnn: compilation failed", "Failed to finalize QNN graph")
     else:
-        args, needle = ["--ep-option", "vtcm_mb=100000"], "qnn_model_wrapper"
+        args, code, needles = ["--ep-option", "vtcm_mb=100000"], 2, ("refused --ep-option vtcm_mb=100000", "QNN_GRAPH_ERROR")
     before = snapshot(out)
     proc = run_cli("compile", source, "-o", out, "--ep", "qnn", "--embed", "never", "--force", *args)
-    assert proc.returncode == 1
+    assert proc.returncode == code
     assert proc.stdout == ""
-    assert_one_line_error(proc.stderr, "qnn: compilation failed", needle)
+    assert_one_line_error(proc.stderr, *needles)
     assert snapshot(out) == before
     assert_no_junk(out)
 

@@ -28,7 +28,7 @@ PROTOBUF_LIMIT = 2**31 - 1
 
 # The documented JSON schema (docs/inspect.md). Exact sets: a renamed, added or dropped key fails here.
 TOP_KEYS = {"format", "model", "graph_bytes", "protobuf_headroom_bytes", "opsets", "inputs", "outputs", "epcontext_nodes",
-            "nodes", "initializers", "alignment", "manifest", "problems"}
+            "nodes", "initializers", "alignment", "manifest", "target", "compatibility", "problems"}
 IO_KEYS = {"name", "dtype", "shape", "dynamic"}
 EPCONTEXT_KEYS = {"name", "source", "partition_name", "main_context", "embed_mode", "ep_sdk_version", "blob", "embedded_bytes"}
 BLOB_KEYS = {"location", "size", "missing", "unsafe_path", "shared"}
@@ -328,7 +328,7 @@ def test_text_report_lines(built: dict[str, Path]) -> None:
     assert sum("file split_ctx_qnn.bin (" in line for line in lines) == 1
     assert sum("no blob (refers to the main context)" in line for line in lines) == 2
     assert "weights    0 inline (0 B), 1 external" in lines
-    assert "  file     split_ctx.onnx.data: 1 tensors, 1.0 KiB referenced, 1.0 KiB" in lines
+    assert "  file     split_ctx.onnx.data: 1 tensor, 1.0 KiB referenced, 1.0 KiB" in lines
     assert "manifest   split_ctx.manifest.json: ok (sizes only (--check hashes), 3 files)" in lines
     assert not any(line.startswith("problem") for line in lines)
 

@@ -38,10 +38,10 @@ from ortcompile.run.residency import SessionPool, rss_bytes
 
 MiB = 1 << 20
 
-# Outputs are O(1) (weights scaled by 1/sqrt(width)); float32 ORT vs float64 numpy differ by ~1e-6 here
-# (measured max 2.4e-6 on the CPU EP, 3e-6 on QNN's fp32 simulator). A wrong weight, a swapped model or a
-# stale buffer is off by O(1).
-ATOL = RTOL = 1e-4
+# Outputs are O(1) (weights scaled by 1/sqrt(width)); float32 ORT vs float64 numpy differ by ~1e-6 on the CPU
+# EP (measured max 2.4e-6). QNN compiles for its default target (X Elite), where the HTP simulator computes in
+# float16 as the device does: max 1.7e-3 here. A wrong weight, a swapped model or a stale buffer is off by O(1).
+ATOL = RTOL = 5e-3
 
 # Memory the process holds that no resident session owns ("retained": RSS - baseline - resident footprints),
 # measured with a warm EP; the margin in "RSS - baseline <= resident footprints + margin" (and so

@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 CLI = [sys.executable, "-m", "ortcompile"]
 
-# QNN (HTP simulator) against the CPU EP, measured on the fixtures: max abs diff 2.4e-7 .. 3.6e-7 (outputs up
-# to ~2.5): float32 summation-order noise. Never exactly 0 on these fixtures, which is what makes
-# `--rtol 0 --atol 0` a real, reproducible verification failure. 1e-5 is 25x the noise.
-QNN_NOISE_BOUND = 1e-5
+# QNN (HTP simulator, compiling for the default X Elite target: float16 arithmetic as on the device) against the
+# CPU EP, measured on the fixtures: max abs diff 4e-4 .. 1.6e-3 (outputs up to ~2.9). Never exactly 0, which is
+# what makes `--rtol 0 --atol 0` a real, reproducible verification failure. 5e-3 is 3x the worst seen.
+QNN_NOISE_BOUND = 5e-3
 
 TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "tolerance", "integrity", "dims", "session_seconds",
             "load_speedup", "runs", "failure"}
@@ -113,7 +113,7 @@ def test_good_qnn_outputs_pass(built: dict[str, Path], name: str) -> None:
     report = verify_json(model, source)
     assert report["ok"] is True and report["failure"] == ""
     assert (report["compiled"], report["reference"], report["ep"]) == (str(model), str(source), "QNNExecutionProvider")
-    assert report["tolerance"] == {"rtol": 1e-3, "atol": 1e-4}
+    assert report["tolerance"] == {"rtol": 5e-3, "atol": 5e-3}  # QNN's HTP computes in float16: the fp16 defaults
     integrity = report["integrity"]
     assert (integrity["found"], integrity["hashed"], integrity["ok"], integrity["problems"]) == (True, True, True, [])
     assert integrity["referenced_files_problems"] == []
@@ -125,7 +125,7 @@ def test_good_qnn_outputs_pass(built: dict[str, Path], name: str) -> None:
     assert (out["name"], out["shape"], out["dtype"], out["total"], out["mismatches"], out["ok"], out["reason"]) == (
         "y", [1, 256], "float32", 256, 0, True, "")
     assert 0 < out["max_abs"] < QNN_NOISE_BOUND  # the simulator really ran: not bit-identical to the CPU EP
-    assert 0 < out["max_rel"] < 1e-3
+    assert 0 < out["max_rel"] < 0.1  # float16 on the HTP: measured 0.029 .. 0.059, on elements near zero
 
     seconds = report["session_seconds"]
     assert set(seconds) == {"compiled", "source_on_ep", "source_on_cpu"}
@@ -223,7 +223,7 @@ def test_flipped_weight_byte_in_data_file_fails_with_exit_5(built: dict[str, Pat
     assert out["ok"] is False and out["mismatches"] > 100 and out["max_abs"] > 0.05  # measured 255/256, 0.24
     line = error_line(proc)
     assert line.startswith("ortcompile: error: output 'y' differs from the source (seed 0): ")
-    assert f"{out['mismatches']}/256 elements outside rtol=0.001 atol=0.0001" in line
+    assert f"{out['mismatches']}/256 elements outside rtol=0.005 atol=0.005" in line
 
 
 def test_changed_op_in_compiled_graph_fails_with_exit_5(built: dict[str, Path], tmp_path: Path) -> None:

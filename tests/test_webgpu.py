@@ -365,8 +365,8 @@ def test_cli_bench_graph_capture_unlimited_budget_captures_once(models: dict[str
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("ep         WebGpuExecutionProvider (graph capture), 4 cycles, budget unlimited")
-    assert re.match(r"model      mlp: loads [\d.]+s; run [\d.]+ ms; 3 hits, 0 evictions, 1 captures; footprint .*; ok$", lines[1]), lines[1]
-    assert re.match(r"model      mlp3: loads [\d.]+s; run [\d.]+ ms; 3 hits, 0 evictions, 1 captures; footprint .*; ok$", lines[2]), lines[2]
+    assert re.match(r"model      mlp: loads [\d.]+s; run [\d.]+ ms; 3 hits, 0 evictions, 1 capture; footprint .*; ok$", lines[1]), lines[1]
+    assert re.match(r"model      mlp3: loads [\d.]+s; run [\d.]+ ms; 3 hits, 0 evictions, 1 capture; footprint .*; ok$", lines[2]), lines[2]
     assert lines[-1] == "result     ok"
     log = proc.stderr.splitlines()
     assert sum(1 for line in log if CAPTURE_LINE.search(line)) == 2

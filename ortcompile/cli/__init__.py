@@ -88,9 +88,9 @@ def _raise_on_termination_signals() -> None:
 
 
 def _register_commands() -> None:
-    from ortcompile.cli import bench, compile, eps, inspect, verify
+    from ortcompile.cli import bench, check, compile, eps, inspect, verify
 
-    for module in (compile, inspect, verify, eps, bench):
+    for module in (compile, inspect, verify, check, eps, bench):
         main.add_command(module.command)
 
 

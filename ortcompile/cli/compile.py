@@ -26,6 +26,9 @@ def tolerance_options(func: object) -> object:
 @click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the compiled model and its files.")
 @click.option("--ep", default="auto", show_default=True, help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name.")
 @click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_performance_mode=burst"), help="Provider option (repeatable).")
+@click.option("--target", default=None, help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets').")
+@click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
+              help="Register this plugin EP library (a shared library) under the EP name given with --ep.")
 @click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto.")
 @click.option("--align", type=ByteSize(), default="4096", show_default=True, help="Offset alignment of large initializers in the data file.")
 @click.option("--align-threshold", type=ByteSize(), default="1MiB", show_default=True,
@@ -47,7 +50,8 @@ def tolerance_options(func: object) -> object:
 @click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
 @tolerance_options
 @output_options
-def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[tuple[str, str], ...], inline_threshold: int, align: int,
+def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[tuple[str, str], ...], target: str | None,
+            ep_library: str | None, inline_threshold: int, align: int,
             align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[tuple[str, str], ...], fix_shapes: tuple[str, ...],
             prepare: bool, check_mode: str, require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool,
             depfile: str | None, verify: bool, rtol: float, atol: float) -> None:
@@ -73,6 +77,8 @@ def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple
         if_changed=if_changed,
         prepare=prepare,
         check=check_mode,  # type: ignore[arg-type]
+        target=target,
+        ep_library=ep_library,
     )
     if share_weights:
         from ortcompile.compile.sharing import compile_shared

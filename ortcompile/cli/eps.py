@@ -1,4 +1,4 @@
-"""`ortcompile eps`: the execution providers installed here, the devices they claim, whether they compile."""
+"""`ortcompile eps`: the execution providers installed here, the devices they claim, whether they compile; targets."""
 
 from __future__ import annotations
 
@@ -7,20 +7,41 @@ import click
 from ortcompile.cli.output import current, output_options
 
 
-@click.command("eps")
+@click.command("eps", short_help="List execution providers, devices and compile targets.")
+@click.option("--targets", is_flag=True, help="List what each EP can compile for (real and virtual devices, SoC generations).")
+@click.option("--ep", "ep_name", default=None, help="Only this EP (short or full name).")
 @output_options
-def command() -> None:
-    """List execution providers, the devices they claim here, and whether they produce EPContext."""
-    from ortcompile.eps import list_eps
+def command(targets: bool, ep_name: str | None) -> None:
+    """List execution providers, the devices they claim here, and whether they produce EPContext; with --targets,
+    what each can compile for."""
+    from ortcompile import eps
     from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)
-    listings = list_eps()
-    lines = [f"{'NAME':<10} {'EP':<28} {'AVAILABLE':<10} {'EPCONTEXT':<10} DEVICES / NOTE"]
-    for entry in listings:
+    if targets:
+        listings = eps.list_targets(ep_name)
+        out.result({"targets": [t.to_json() for t in listings]}, _targets_text(listings))
+        return
+    found = [e for e in eps.list_eps() if ep_name is None or ep_name.lower() in (e.short_name, e.ep_name.lower())]
+    width = max([len(e.short_name) for e in found] + [4]) + 2
+    lines = [f"{'NAME':<{width}}{'EP':<32}{'AVAILABLE':<11}{'EPCONTEXT':<11}DEVICES / NOTE"]
+    for entry in found:
         info = entry.to_json()
         devices = ", ".join(f"{d['type']} ({d['vendor']})" for d in entry.devices)
-        lines.append(f"{entry.short_name:<10} {entry.ep_name:<28} {'yes' if info['available'] else 'no':<10} "
-                     f"{'yes' if entry.compiles else 'no':<10} {devices or entry.note}")
-    out.result({"eps": [e.to_json() for e in listings]}, lines)
+        lines.append(f"{entry.short_name:<{width}}{entry.ep_name:<32}{'yes' if info['available'] else 'no':<11}"
+                     f"{'yes' if entry.compiles else 'no':<11}{devices or entry.note}")
+    out.result({"eps": [e.to_json() for e in found]}, lines)
+
+
+def _targets_text(listings: list) -> list[str]:
+    lines = []
+    for listing in listings:
+        doc = listing.to_json()
+        usable = "" if doc.get("usable", True) else f"  not usable here: {doc.get('note') or 'no device'}"
+        lines.append(f"{doc['ep']} ({doc['ep_name']}){usable}")
+        for target in doc["targets"]:
+            flags = " ".join(f for f in ("default" if target.get("default") else "", "virtual" if target.get("virtual") else "") if f)
+            options = " ".join(f"{k}={v}" for k, v in target.get("options", {}).items())
+            lines.append(f"  {target['name']:<12}{flags:<16}{options:<36}{target.get('description', '')}")
+    return lines

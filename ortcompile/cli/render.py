@@ -49,18 +49,26 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
     lines.append(f"weights    {inits['inline']} inline ({human_size(inits['inline_bytes'])}), {inits['external']} external")
     for use in inits["files"]:
         state = "MISSING" if use["missing"] else "UNSAFE PATH" if use["unsafe_path"] else "SHORT" if use["short"] else human_size(use["size"])
-        lines.append(f"  file     {use['name']}: {use['tensors']} tensors, {human_size(use['referenced_bytes'])} referenced, {state}"
+        lines.append(f"  file     {use['name']}: {plural(use['tensors'], 'tensor')}, {human_size(use['referenced_bytes'])} referenced, {state}"
                      + (" (shared with other models)" if use.get("shared") else ""))
     align = report["alignment"]
     lines.append(f"alignment  {align['aligned']}/{align['large_tensors']} tensors >= {human_size(align['threshold'])} at {align['align']}-byte offsets")
     for item in align["unaligned"]:
         lines.append(f"  unaligned {item['name']} in {item['file']} at {item['offset']}")
+    if report.get("target"):
+        target = report["target"]
+        options = " ".join(f"{k}={v}" for k, v in target.get("options", {}).items())
+        lines.append(f"target     {target['name']}{' (default)' if target.get('default') else ''}{' (virtual)' if target.get('virtual') else ''} {options}".rstrip())
+    for ep, compat in report.get("compatibility", {}).items():
+        decoded = compat["decoded"]
+        shown = ", ".join(f"{k} {v}" for k, v in decoded.items() if k not in ("format",) and v not in ("", None, [], False)) if decoded else compat["info"]
+        lines.append(f"compiled   for {ep}: {shown} (ortcompile check says whether it fits this machine)")
     manifest = report["manifest"]
     if manifest is None:
         lines.append("manifest   none")
     else:
         how = "sizes and sha256" if manifest["hashed"] else "sizes only (--check hashes)"
-        lines.append(f"manifest   {manifest['path']}: {'ok' if manifest['ok'] else 'PROBLEMS'} ({how}, {len(manifest['files'])} files)")
+        lines.append(f"manifest   {manifest['path']}: {'ok' if manifest['ok'] else 'PROBLEMS'} ({how}, {plural(len(manifest['files']), 'file')})")
     lines += [f"problem    {p}" for p in report["problems"]]
     return lines
 
@@ -111,8 +119,8 @@ def bench_text(report: dict[str, Any]) -> list[str]:
     for m in report["models"]:
         loads = ", ".join(f"{s:.2f}s" for s in m["load_seconds"])
         run = f"{m['mean_run_seconds'] * 1000:.1f} ms" if m["mean_run_seconds"] is not None else "-"
-        line = (f"model      {m['name']}: loads {loads}; run {run}; {m['hits']} hits, {m['evictions']} evictions, "
-                f"{m['captures']} captures; footprint {human_size(m['footprint_bytes'])}; "
+        line = (f"model      {m['name']}: loads {loads}; run {run}; {plural(m['hits'], 'hit')}, {plural(m['evictions'], 'eviction')}, "
+                f"{plural(m['captures'], 'capture')}; footprint {human_size(m['footprint_bytes'])}; "
                 f"{'ok' if not m['mismatches'] else str(len(m['mismatches'])) + ' MISMATCHES'}")
         if m["reload_seconds_saved_vs_source"] is not None:
             line += f"; reloads saved {m['reload_seconds_saved_vs_source']:.2f}s vs loading the source ({m['source_load_seconds']:.2f}s)"

@@ -182,7 +182,7 @@ def compile_to_buffers(
     is read back, embedded in the graph, and removed before this returns.
     """
     source = read_source(Path(model))
-    resolved = eps.resolve(ep, ep_options or {})
+    resolved = eps.resolve(ep, ep_options or {}, validate=True)
     policy = LayoutPolicy(inline_threshold, align, align_threshold, None)
     overrides = dimension_overrides(source, fix_dims or {}, fix_shapes or {})
     names = OutputNames.for_source(source.path)

@@ -27,13 +27,20 @@ PREPARE_DIR = ".prepare"  # inside the staging directory: never published, remov
 
 @dataclass(frozen=True)
 class EpRequest:
-    """What `eps.resolve` needs, picklable: the worker child resolves the EP again in its own process."""
+    """What `eps.resolve` needs, picklable: the worker child resolves the EP again in its own process
+    (the plan already validated the options, so the child does not ask the EP again)."""
 
     name: str
     options: dict[str, str] = field(default_factory=dict)
+    target: str | None = None
+    library: str | None = None
 
     def resolve(self) -> eps.ResolvedEp:
-        return eps.resolve(self.name, self.options)
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the plan reported them once
+            return eps.resolve(self.name, self.options, target=self.target, library=self.library)
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,7 @@ class CompileJob:
         clock = time.perf_counter()
         reporter.stage("reading model")
         source = read_source(source_path)
-        ep = eps.resolve(options.ep, options.ep_options)
+        ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
         prepares = ep.info.compiles and options.prepare
         pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares)
         if ep.info.compiles and _needs_static_shapes(ep):
@@ -148,7 +148,8 @@ class CompileJob:
                 reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
-        job = cls(source, ep, EpRequest(options.ep, options.ep_options), output_dir, names, options, pins, require, reporter, created)
+        request = EpRequest(options.ep, options.ep_options, options.target, options.ep_library)
+        job = cls(source, ep, request, output_dir, names, options, pins, require, reporter, created)
         job.timings["read"] = time.perf_counter() - clock
         return job
 
@@ -266,6 +267,7 @@ class CompileJob:
             initializers={"external": built.step.external_count, "inline": built.step.inline_count},
             prepare=prepare,
             check=check,
+            target=self.ep.target_record(),
         )
 
     def verify(self, model: Path) -> None:

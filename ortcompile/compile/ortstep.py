@@ -18,8 +18,8 @@ from typing import Any
 from ortcompile.compile.blobs import BlobSink, callback_unsupported
 from ortcompile.compile.datapass import DataPass
 from ortcompile.compile.source import PROTOBUF_LIMIT
-from ortcompile.eps import ResolvedEp
-from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, ort_reason, output_error
+from ortcompile.eps import ResolvedEp, diagnose
+from ortcompile.errors import CompilationFailed, ComponentMissing, InvalidModel, OrtCompileError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.paths import model_dir
 
@@ -216,6 +216,9 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
     if isinstance(exc, OrtCompileError):
         raise exc
     text = str(exc)
+    missing = diagnose.compile_failure_hint(ep.info, text)
+    if missing is not None:  # a driver or device compiler library is not on this machine
+        raise ComponentMissing(missing, detail=text) from exc
     if NOTHING_COMPILED in text:
         raise NothingCompiled(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
     if any(marker in text for marker in _INVALID_MODEL_MARKERS) and not _cpu_can_load(source):

@@ -60,7 +60,10 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     out_dir.mkdir(parents=True, exist_ok=True)
     prepared = out_dir / source.name
     _optimize(model.SerializeToString(), source, prepared, inline_threshold, pins, weight_bytes)
-    after = _op_counts(onnx.load_model(str(prepared), load_external_data=False))
+    optimized = onnx.load_model(str(prepared), load_external_data=False)
+    if _prune_opsets(optimized):
+        onnx.save_model(optimized, str(prepared))  # the graph proto only: the weights stay in the .data file
+    after = _op_counts(optimized)
     removed, added = Counter(before), Counter(after)
     removed.subtract(after)
     added.subtract(before)
@@ -167,6 +170,18 @@ def _write_error(directory: Path, nbytes: int) -> OutputError | None:
     finally:
         probe.unlink(missing_ok=True)
     return None
+
+
+def _prune_opsets(model: Any) -> bool:
+    """ORT's writer imports every domain it knows; keep the ones the graph uses (the output reads as its source)."""
+    used = {node.domain or "" for site in iter_graphs(model) for node in site.graph.node} | {""}
+    used |= {node.domain or "" for function in model.functions for node in function.node} | {f.domain for f in model.functions}
+    keep = [o for o in model.opset_import if (o.domain or "") in used or o.domain == "ai.onnx"]
+    if len(keep) == len(model.opset_import):
+        return False
+    del model.opset_import[:]
+    model.opset_import.extend(keep)
+    return True
 
 
 def _op_counts(model: Any) -> Counter[str]:

@@ -95,6 +95,10 @@ def _load_json(path: Path) -> dict[str, Any]:
 
 def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
     """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
+    if options.ep_library:
+        from ortcompile.eps.discovery import library_info
+
+        return library_info(options.ep, options.ep_library)
     if options.ep.strip().lower() != "auto":
         return eps.lookup(options.ep)
     for short in eps.AUTO_ORDER:

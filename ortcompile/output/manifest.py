@@ -69,6 +69,7 @@ class Manifest:
     initializers: dict[str, int] = field(default_factory=dict)  # external / inline counts
     prepare: dict[str, Any] | None = None  # what the prepare step did to the graph before the EP saw it
     check: dict[str, Any] | None = None  # what the pre-publish check proved (mode, result)
+    target: dict[str, Any] | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
 
     # ---------------------------------------------------------------- reading
 
@@ -95,7 +96,7 @@ class Manifest:
             raise ManifestError("unreadable manifest (not a JSON object)")
         if document.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"unknown manifest format {str(document.get('format'))[:60]!r}")
-        for key in ("options", "nodes", "versions", "input", "initializers", "prepare", "check"):
+        for key in ("options", "nodes", "versions", "input", "initializers", "prepare", "check", "target"):
             if document.get(key) is not None and not isinstance(document[key], dict):
                 raise ManifestError(f"unreadable manifest ({key!r} must be an object)")
         model = document.get("model")
@@ -114,6 +115,7 @@ class Manifest:
             initializers=document.get("initializers") or {},
             prepare=document.get("prepare"),
             check=document.get("check"),
+            target=document.get("target"),
         )
 
     # ---------------------------------------------------------------- questions readers ask
@@ -159,6 +161,8 @@ class Manifest:
             document["prepare"] = self.prepare
         if self.check is not None:
             document["check"] = self.check
+        if self.target is not None:
+            document["target"] = self.target
         return document
 
     def to_bytes(self) -> bytes:

@@ -60,6 +60,8 @@ class InspectReport:
     alignment: dict[str, Any]
     manifest: ManifestStatus | None = None
     problems: list[str] = field(default_factory=list)
+    target: dict[str, Any] | None = None  # what the EP compiled for, from the manifest
+    compatibility: dict[str, Any] = field(default_factory=dict)  # EP -> {info, decoded}: ORT's ep_compatibility_info metadata
 
     def to_json(self) -> dict[str, Any]:
         external = sum(f.tensors for f in self.data_files)
@@ -86,6 +88,8 @@ class InspectReport:
             },
             "alignment": self.alignment,
             "manifest": self.manifest.to_json() if self.manifest else None,
+            "target": self.target,
+            "compatibility": self.compatibility,
             "problems": self.problems,
         }
 
@@ -139,11 +143,21 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
         alignment=alignment,
         manifest=manifest if manifest.found else None,
     )
+    report.target = manifest.manifest.target if manifest.manifest else None
+    report.compatibility = _compatibility(model)
     report.problems = _problems(report)
     for stage in pending_publishes(path.parent):
         report.problems.append(f"an interrupted publish is pending in {path.parent} ({stage}): files may mix two outputs; "
                                "run the compile again to finish it")
     return report
+
+
+def _compatibility(model: Any) -> dict[str, Any]:
+    """What each EP wrote about the hardware it compiled for (ORT metadata `ep_compatibility_info.<EP>`), decoded."""
+    from ortcompile.eps.compat import METADATA_PREFIX, decode_info
+
+    infos = {p.key[len(METADATA_PREFIX):]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)}
+    return {ep: {"info": info, "decoded": decode_info(ep, info)} for ep, info in sorted(infos.items())}
 
 
 def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:

@@ -125,6 +125,7 @@ def verify_model(
     report = VerifyReport(compiled, reference, "", tolerance or Tolerance(), integrity)
     report.structure_problems = [p for p in structure.problems if p not in integrity.problems]
     report.ep = (resolved := _resolve_ep(ep, integrity)).name
+    report.tolerance = default_tolerance(resolved.info, tolerance)
     if not report.integrity_ok:
         return report
     recorded = integrity.manifest.options if integrity.manifest else {}
@@ -135,6 +136,15 @@ def verify_model(
             raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")
     _compare_sessions(report, resolved, [seed + i for i in range(max(1, runs))], time_source)
     return report
+
+
+def default_tolerance(info: eps.EpInfo, given: Tolerance | None) -> Tolerance:
+    """The bounds for this EP's precision when none were chosen (or the generic defaults were passed as they are:
+    the CLI's --rtol/--atol defaults): an fp16 EP (QNN HTP) differs from the CPU EP by ~1e-3 on correct outputs."""
+    if given is not None and given != Tolerance():
+        return given
+    rtol, atol = eps.PRECISION_TOLERANCE.get(info.precision, (Tolerance().rtol, Tolerance().atol))
+    return Tolerance(rtol, atol)
 
 
 def _resolve_ep(ep: str | eps.ResolvedEp | None, integrity: ManifestStatus) -> eps.ResolvedEp:

@@ -20,7 +20,7 @@ from ortcompile.errors import VerificationFailed
 from ortcompile.native import peak_rss_bytes
 from ortcompile.options import Tolerance
 from ortcompile.readback.inputs import make_inputs
-from ortcompile.readback.verify import OutputComparison, compare_outputs
+from ortcompile.readback.verify import OutputComparison, compare_outputs, default_tolerance
 from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, reset_peak_rss, rss_bytes
 from ortcompile.run.sessions import open_session
 
@@ -101,13 +101,13 @@ class BenchReport:
 def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
                  graph_capture: bool = False, references: list[Path] | None = None, dims: dict[str, int] | None = None,
                  seed: int = 0, tolerance: Tolerance | None = None) -> BenchReport:
-    tolerance = tolerance or Tolerance()
     dims = dict(dims or {})
     names = _unique_names(models)
     stats = [ModelStats(n, str(m), str(r) if references else "first run") for n, m, r in zip(names, models, references or models)]
     expected: dict[str, dict[str, np.ndarray]] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
     pool = SessionPool(memory_budget or 2**62, ep, ep_options, graph_capture, dims)
+    tolerance = default_tolerance(pool.ep.info, tolerance)  # fp16 EPs (QNN's HTP) get fp16 bounds by default
     ep_startup = pool.warm_up()  # the EP's one-time start-up memory is not any model's footprint
     if references:
         for index, (stat, source) in enumerate(zip(stats, references)):

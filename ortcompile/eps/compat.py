@@ -1,0 +1,191 @@
+"""Does a compiled model fit the devices present? ONNX Runtime asks the EP that compiled it.
+
+ONNX Runtime 1.31 writes ``ep_compatibility_info.<EP name>`` into a compiled model's metadata (one string per
+EP, in the EP's own format); ``get_model_compatibility_for_ep_devices`` hands that string back to the EP with
+the devices found here. Verdicts: **optimal**, **prefer-recompiling** (runs, but a compile for this device
+would be better), **not-supported** (will not run here: recompile, or use the source model), **unknown** (the
+EP cannot tell: it does not check, or cannot on this machine; the reason says which).
+
+Reading the info needs only the graph proto (`read_compatibility_info`, for `inspect`); asking the EP loads it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
+
+METADATA_PREFIX = "ep_compatibility_info."
+VERDICTS = {
+    "EP_SUPPORTED_OPTIMAL": "optimal",
+    "EP_SUPPORTED_PREFER_RECOMPILATION": "prefer-recompiling",
+    "EP_UNSUPPORTED": "not-supported",
+    "EP_NOT_APPLICABLE": "unknown",
+}
+_ORDER = ("optimal", "prefer-recompiling", "unknown", "not-supported")  # overall verdict: the worst EP's
+
+
+@dataclass
+class EpCompatibility:
+    ep_name: str
+    info: str | None  # the raw string the EP wrote at compile time
+    verdict: str
+    reason: str = ""
+    devices: list[dict[str, Any]] = field(default_factory=list)
+    decoded: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ep_name": self.ep_name, "verdict": self.verdict, "reason": self.reason, "compatibility_info": self.info,
+                "decoded": self.decoded, "devices": self.devices}
+
+
+@dataclass
+class CompatibilityReport:
+    model: str
+    eps: list[EpCompatibility]
+    epcontext_nodes: int
+
+    @property
+    def verdict(self) -> str:
+        if not self.eps:
+            return "optimal"  # nothing compiled for an EP: runs wherever onnxruntime does
+        return max((e.verdict for e in self.eps), key=_ORDER.index)
+
+    @property
+    def usable(self) -> bool:
+        return self.verdict in ("optimal", "prefer-recompiling")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "verdict": self.verdict, "usable": self.usable, "epcontext_nodes": self.epcontext_nodes,
+                "eps": [e.to_json() for e in self.eps]}
+
+
+def read_compatibility_info(model: str | Path) -> tuple[dict[str, str], dict[str, int]]:
+    """(EP name → compatibility string, EP name → EPContext nodes) from the graph proto; weights are not read."""
+    import onnx
+
+    try:
+        proto = onnx.load(str(model), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, OSError, ...
+        raise InvalidModel(f"{model}: cannot read the model: {first_line(exc)}") from exc
+    infos = {p.key[len(METADATA_PREFIX):]: p.value for p in proto.metadata_props if p.key.startswith(METADATA_PREFIX)}
+    nodes: dict[str, int] = {}
+    for node in proto.graph.node:
+        if node.op_type == "EPContext" and node.domain == "com.microsoft":
+            source = next((a.s.decode("utf-8", "replace") for a in node.attribute if a.name == "source"), "") or "unknown"
+            nodes[source] = nodes.get(source, 0) + 1
+    return infos, nodes
+
+
+def decode_info(ep_name: str, info: str) -> dict[str, Any] | None:
+    """Human-readable fields of the formats we know (QNN's v2 string, OpenVINO's JSON); None otherwise."""
+    if ep_name == "QNNExecutionProvider" and info.startswith("v2:"):
+        parts = info.split(":")  # v2:<backend id>:<QNN SDK>:<backend API>:<htp archs>:<soc models>:<vtcm MBs>:<user driver>
+        if len(parts) == 8:
+            from ortcompile.eps.targets import QNN_TARGETS
+
+            socs = [int(s) for s in parts[5].split(",") if s.isdigit()]
+            names = [next((t.name for t in QNN_TARGETS if t.option_dict.get("soc_model") == str(s)), None) for s in socs]
+            return {"format": "qnn-v2", "backend_id": parts[1], "qnn_sdk": parts[2], "backend_api": parts[3],
+                    "htp_arch": parts[4], "soc_model": parts[5], "vtcm_mb": parts[6], "htp_user_driver": parts[7] == "1",
+                    "targets": [n for n in names if n]}
+    if info.startswith("{"):
+        try:
+            data = json.loads(info)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) else None
+    return None
+
+
+def check_compatibility(model: str | Path, isolate: bool = True) -> CompatibilityReport:
+    """Ask each EP that compiled part of `model` whether it fits the (real) devices present here.
+
+    With `isolate` (the default) each EP is asked in a child process: QNN's check segfaults in a process
+    that has already compiled with it (onnxruntime-qnn 2.7.0), and a crash must not take the caller down.
+    """
+    infos, nodes = read_compatibility_info(model)
+    entries = []
+    for ep_name in sorted(set(infos) | {n for n in nodes if n != "unknown"}):
+        info = infos.get(ep_name)
+        decoded = decode_info(ep_name, info) if info else None
+        if info is None:
+            entries.append(EpCompatibility(ep_name, None, "unknown", "the model records no compatibility info for this EP "
+                                           "(compiled by an older onnxruntime or an EP that writes none)"))
+            continue
+        entries.append(_ask_in_child(ep_name, info, decoded) if isolate else _ask(ep_name, info, decoded))
+    if "unknown" in nodes and not entries:
+        entries.append(EpCompatibility("unknown", None, "unknown", "EPContext nodes name no source EP"))
+    return CompatibilityReport(str(model), entries, sum(nodes.values()))
+
+
+_MARK = "ortcompile-compat: "
+
+
+def _ask_in_child(ep_name: str, info: str, decoded: dict[str, Any] | None, timeout: float = 300) -> EpCompatibility:
+    import signal
+    import subprocess
+    import sys
+
+    code = "from ortcompile.eps.compat import _child_main; _child_main()"
+    try:
+        child = subprocess.run([sys.executable, "-c", code, json.dumps({"ep": ep_name, "info": info})],
+                               capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return EpCompatibility(ep_name, info, "unknown", f"{ep_name} did not answer within {timeout:.0f} s", decoded=decoded)
+    answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
+    if child.returncode == 0 and answers:
+        return EpCompatibility(**json.loads(answers[-1]))
+    if child.returncode < 0:
+        why = f"{ep_name} crashed while checking ({signal.Signals(-child.returncode).name})"
+    else:
+        lines = [line for line in child.stderr.splitlines() if line.strip()]
+        why = f"{ep_name} could not check: {lines[-1] if lines else f'exit code {child.returncode}'}"
+    return EpCompatibility(ep_name, info, "unknown", why, decoded=decoded)
+
+
+def _child_main() -> None:
+    """Child side of _ask_in_child: one JSON line on stdout."""
+    import os
+    import sys
+
+    spec = json.loads(sys.argv[1])
+    entry = _ask(spec["ep"], spec["info"], decode_info(spec["ep"], spec["info"]))
+    sys.stdout.write(_MARK + json.dumps(entry.__dict__) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip EP teardown: some plugins abort in static destructors
+
+
+def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibility:
+    from onnxruntime.capi import _pybind_state as binding
+
+    from ortcompile.eps.discovery import lookup
+    from ortcompile.eps.registry import devices_of, register
+    from ortcompile.eps.targets import describe_device
+    from ortcompile.eps.validate import captured_native_output
+
+    try:
+        ep = lookup(ep_name)
+        register(ep)
+    except UsageError as exc:
+        return EpCompatibility(ep_name, info, "not-supported", f"the EP is not available here: {exc.message}", decoded=decoded)
+    except ComponentMissing as exc:
+        return EpCompatibility(ep_name, info, "not-supported", exc.message, decoded=decoded)
+    devices = devices_of(ep)
+    described = [describe_device(d) for d in devices]
+    if not devices:
+        return EpCompatibility(ep_name, info, "not-supported", f"{ep_name} claims no device on this machine", decoded=decoded)
+    try:
+        with captured_native_output():
+            result = binding.get_model_compatibility_for_ep_devices(devices, info)
+    except Exception as exc:  # the EP cannot judge on these devices (QNN on x86_64: only NPU devices)
+        return EpCompatibility(ep_name, info, "unknown", f"{ep_name} could not check: {first_line(exc)}", described, decoded)
+    verdict = VERDICTS.get(result.name, "unknown")
+    reason = {"optimal": "compiled for these devices",
+              "prefer-recompiling": "runs here, but recompiling for these devices would be better",
+              "not-supported": f"{ep_name} cannot run this compiled model on these devices: recompile it here, or ship the source model",
+              "unknown": f"{ep_name} does not judge compatibility ({result.name})"}[verdict]
+    return EpCompatibility(ep_name, info, verdict, reason, described, decoded)

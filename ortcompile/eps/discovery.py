@@ -1,0 +1,179 @@
+"""Finding installed plugin EP packages without importing them, and mapping names to EpInfo.
+
+The convention (ONNX Runtime's plugin EP packaging guidance, followed by onnxruntime-qnn,
+onnxruntime-ep-openvino, -webgpu and -nv-tensorrt-rtx): a top-level Python module whose ``__init__.py``
+defines ``get_library_path()`` and ``get_ep_names()``. ortcompile looks at top-level modules named
+``onnxruntime_*`` plus every module in its catalog, and reads their source with ``ast``: importing a plugin
+package can be expensive (TensorRT RTX preloads 240 MB of libraries and imports onnxruntime), and an
+up-to-date check must not import onnxruntime at all. EP names come from the string constants of the module
+(``"...ExecutionProvider"``); the module is imported only when its EP is used (registry.py).
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.util
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS, EpInfo, short_name_for
+from ortcompile.errors import UsageError
+
+PLUGIN_PREFIX = "onnxruntime_"
+_EP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*ExecutionProvider$")
+_EXTRA: dict[str, EpInfo] = {}  # EPs registered from a library path in this process (--ep-library)
+
+
+@dataclass(frozen=True)
+class PluginPackage:
+    """A module that follows the plugin EP convention, as read from its source."""
+
+    module: str
+    init_file: str
+    ep_names: tuple[str, ...]  # from string constants; empty if the module computes them
+
+
+def _init_file(module: str) -> str | None:
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return None
+    return spec.origin
+
+
+def read_plugin_source(module: str, init_file: str) -> PluginPackage | None:
+    """The convention check, on the source: both functions defined at module level."""
+    try:
+        tree = ast.parse(Path(init_file).read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    functions = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if not {"get_library_path", "get_ep_names"} <= functions:
+        return None
+    docstrings = {id(body[0].value) for body in (getattr(n, "body", None) for n in ast.walk(tree))
+                  if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)}
+    names = [node.value for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+             and _EP_NAME.match(node.value) and node.value != CPU_EP]
+    return PluginPackage(module, init_file, tuple(dict.fromkeys(names)))
+
+
+@functools.lru_cache(maxsize=1)
+def installed_plugins() -> tuple[PluginPackage, ...]:
+    """Every plugin EP package importable in this interpreter (cached for the process)."""
+    candidates = {info.module for info in KNOWN_EPS.values() if info.module}
+    for directory in sys.path:  # a directory listing per path entry: pkgutil.iter_modules costs 10x more
+        try:
+            with os.scandir(directory or ".") as entries:
+                candidates.update(e.name for e in entries if e.name.startswith(PLUGIN_PREFIX) and e.name.isidentifier() and e.is_dir())
+        except OSError:
+            continue
+    found = []
+    for module in sorted(candidates):
+        init_file = _init_file(module)
+        package = read_plugin_source(module, init_file) if init_file else None
+        if package is not None:
+            found.append(package)
+    return tuple(found)
+
+
+def _known_by_ep_name() -> dict[str, EpInfo]:
+    return {info.ep_name: info for info in KNOWN_EPS.values()}
+
+
+def all_eps() -> list[EpInfo]:
+    """The catalog, plus every installed plugin's EPs (defaults for those not in the catalog), plus --ep-library ones."""
+    by_name = _known_by_ep_name()
+    result = {info.ep_name: info for info in KNOWN_EPS.values()}
+    for package in installed_plugins():
+        for ep_name in package.ep_names:
+            if ep_name in by_name:
+                continue
+            result.setdefault(ep_name, EpInfo.unknown(ep_name, module=package.module, pip_name=_distribution_of_module(package.module)))
+        if not package.ep_names and not any(info.module == package.module for info in result.values()):
+            fallback = package.module.removeprefix(PLUGIN_PREFIX).removeprefix("ep_")
+            result.setdefault(f"?{package.module}", EpInfo(fallback, "", True, package.module, _distribution_of_module(package.module),
+                                                         known=False, note="EP name known only after import"))
+    result.update({info.ep_name: info for info in _EXTRA.values()})
+    return list(result.values())
+
+
+def add_library_ep(info: EpInfo) -> None:
+    """Remember an EP registered from a library path, so lookups by its names find it."""
+    _EXTRA[info.ep_name] = info
+
+
+def library_info(name: str, path: str) -> EpInfo:
+    """--ep-library PATH --ep EPNAME: the catalog's data when EPNAME is an EP we know, defaults otherwise (no import)."""
+    if not os.path.isfile(path):
+        raise UsageError(f"--ep-library {path!r}: no such file")
+    key = name.strip()
+    if not key or key.lower() == "auto":
+        raise UsageError("--ep-library needs --ep with the EP name the library registers, e.g. --ep WebGpuExecutionProvider")
+    known = next((i for i in KNOWN_EPS.values() if key.lower() in i.names()), None)
+    info = known.with_library(os.path.abspath(path)) if known else EpInfo.unknown(key, library=os.path.abspath(path))
+    add_library_ep(info)
+    return info
+
+
+def lookup(name: str) -> EpInfo:
+    """Map a short name, an alias or a full ONNX Runtime EP name to what we know about it (no onnxruntime import)."""
+    key = name.strip().lower()
+    eps = all_eps()
+    for info in eps:
+        if key in info.names() or (info.ep_name and key == short_name_for(info.ep_name)):
+            return info
+    for info in eps:  # a package whose EP names were not readable from its source: import it now
+        if not info.ep_name and info.module and key == info.short_name:
+            return _imported(info)
+    known = ", ".join([*dict.fromkeys(i.short_name for i in eps if i.ep_name), "auto"])
+    raise UsageError(f"unknown execution provider {name!r}; use one of: {known}, or a full EP name listed by 'ortcompile eps'"
+                     " (an unpackaged plugin: --ep-library PATH --ep EPNAME)")
+
+
+def _imported(info: EpInfo) -> EpInfo:
+    module = importlib.import_module(info.module or "")
+    names = list(module.get_ep_names())
+    if not names:
+        raise UsageError(f"{info.module}: get_ep_names() returned no EP name")
+    return KNOWN_EPS.get(short_name_for(names[0])) or EpInfo.unknown(names[0], module=info.module, pip_name=info.pip_name)
+
+
+@functools.cache
+def _distribution_of_module(module: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        dists = importlib.metadata.packages_distributions().get(module, [])
+    except Exception:  # broken metadata of an unrelated package must not break discovery
+        return None
+    return dists[0] if dists else None
+
+
+def installed_distribution(info: EpInfo) -> str | None:
+    """The first of the EP's wheels that is installed (TensorRT RTX: -cu13, -cu12 or the meta-package)."""
+    import importlib.metadata
+
+    for dist in info.distributions:
+        try:
+            importlib.metadata.version(dist)
+            return dist
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return _distribution_of_module(info.module) if info.module else None
+
+
+def is_installed(info: EpInfo) -> bool:
+    """Cheap: the module can be found (not imported)."""
+    if info.library is not None or info.module is None:
+        return True
+    try:
+        return importlib.util.find_spec(info.module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,264 @@
+"""Checking provider option values with the EP itself, before any compile (issue 15).
+
+Most EPs do not fail on a bad option value: QNN logs "Htp performance mode not valid." as a warning and
+carries on with its default; OpenVINO logs "Provider option precision is ignored". So the check creates the
+EP with the user's options on a one-node model, with ONNX Runtime's log at WARNING captured from file
+descriptor 2, and compares against the same probe without the user's options: log lines that only the
+user's options produce are theirs. Lines that say a value is invalid (or an EP that fails to start) become
+a UsageError naming the option and quoting the EP on one line; other new lines become warnings. When
+several options were given, each is probed alone to find the one the EP refused.
+
+A probe that fails because a library is missing (OpenVINO's NPU compiler, for a virtual NPU target)
+becomes ComponentMissing (exit 1) before anything is written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ortcompile.eps import diagnose
+from ortcompile.eps.catalog import CPU_EP
+from ortcompile.errors import CompilationFailed, ComponentMissing, UsageError, first_line
+
+if TYPE_CHECKING:
+    from ortcompile.eps.registry import ResolvedEp
+
+_HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_REFUSAL = re.compile(r"invalid|not valid|unrecogni[sz]ed|malformed|failed|unsupported|not supported|cannot|can't|must |"
+                      r"only one of|not allowed|out of range|expect", re.IGNORECASE)
+_CACHE: dict[tuple, list[str]] = {}
+
+
+@dataclass(frozen=True)
+class LogLine:
+    severity: str  # W, E, F
+    where: str  # file.cc:line
+    func: str
+    message: str  # with continuation lines joined
+    headline: str = ""  # the record's first line
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.where, self.func, self.headline)
+
+    @property
+    def refuses(self) -> bool:
+        return self.severity in "EF" or bool(_REFUSAL.search(self.message))
+
+
+@dataclass
+class ProbeResult:
+    error: str | None  # the exception text, if the probe failed
+    lines: list[LogLine]
+
+
+def parse_log(text: str) -> list[LogLine]:
+    """ORT log records at warning and above; a record's continuation lines are joined to it."""
+    records: list[LogLine] = []
+    for raw in _ANSI.sub("", text).splitlines():
+        match = _HEADER.search(raw)
+        if match:
+            if match["sev"] in "WEF":
+                message = match["msg"].strip()
+                records.append(LogLine(match["sev"], match["where"], match["func"].strip(), message, message))
+            else:
+                records.append(LogLine("I", "", "", ""))  # a boundary, dropped below
+        elif records and raw.strip():
+            last = records[-1]
+            records[-1] = replace(last, message=f"{last.message} {raw.strip()}".strip())
+    return [r for r in records if r.severity != "I"]
+
+
+@contextlib.contextmanager
+def captured_native_output() -> Iterator[io.StringIO]:
+    """File descriptor 2 (ONNX Runtime's log) into the yielded buffer while native code runs; fd 1 (SDK banners
+    printed with printf) is captured apart and dropped. Both are shown on stderr afterwards under -v."""
+    from ortcompile import native
+
+    sink = io.StringIO()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        saved = os.dup(1), os.dup(2)
+        try:
+            os.dup2(out_file.fileno(), 1)
+            os.dup2(err_file.fileno(), 2)
+            yield sink
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(saved[0])
+            os.close(saved[1])
+            err_file.seek(0)
+            sink.write(err_file.read().decode("utf-8", errors="replace"))
+            out_file.seek(0)
+            banners = out_file.read()
+        if native._show_native_output:
+            os.write(2, banners + sink.getvalue().encode())
+
+
+def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
+    """Create the EP with these options and compile the one-node model (what a real compile does first)."""
+    import onnxruntime as ort
+
+    from ortcompile.compile.ortstep import tiny_static_model
+
+    model = tiny_static_model().SerializeToString()
+    error = None
+    with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch, captured_native_output() as log:
+        session_options = ort.SessionOptions()
+        session_options.log_severity_level = 2  # warnings: where EPs say a value is not valid
+        if ep.info.ep_name != CPU_EP:
+            session_options.add_provider_for_devices(ep.devices, options)
+        session_options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if ep.info.compiles else ort.OrtCompileApiFlags.NONE
+        try:
+            compiler = ort.ModelCompiler(session_options, model, flags=flags)
+            compiler.compile_to_stream(io.BytesIO().write)
+        except Exception as exc:  # the EP's reason, whatever its type
+            error = str(exc)
+    return ProbeResult(error, parse_log(log.getvalue()))
+
+
+def _new_lines(result: ProbeResult, baseline: ProbeResult | None) -> list[LogLine]:
+    seen = {line.key for line in baseline.lines} if baseline else set()
+    return [line for line in result.lines if line.key not in seen]
+
+
+def _refusal(result: ProbeResult, baseline: ProbeResult | None) -> str | None:
+    """Why the EP refused: its first new refusing log line, else the exception's message; None if it did not."""
+    for line in _new_lines(result, baseline):
+        if line.refuses:
+            return line.message
+    return _ort_message(result.error) if result.error else None
+
+
+def _ort_message(text: str) -> str:
+    """ORT errors read '[ONNXRuntimeError] : 1 : FAIL : <where> <message>', sometimes after a C++ signature."""
+    line = next((raw.strip() for raw in text.splitlines() if raw.strip()), text.strip())
+    return line.split(" : ")[-1].strip() if " : " in line else first_line(Exception(line))
+
+
+def validate_options(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool = False, isolate: bool = True) -> list[str]:
+    """Raise UsageError for option values the EP refuses, ComponentMissing for missing libraries; return warnings.
+
+    With `isolate` (the default) the probes run in a child process: an EP that crashes (onnxruntime-ep-webgpu
+    0.4.0 aborts compile sessions on a software Vulkan) cannot take the caller down, and the compile that follows starts from
+    a fresh EP state (QNN's process-wide counters reach its context binary: the output bytes do not depend on
+    whether options were checked).
+    """
+    info = ep.info
+    if info.ep_name == CPU_EP:
+        return [f"cpu: --ep-option {k} has no effect: the CPU EP takes no provider options here" for k in user_options]
+    found = [f"{info.short_name}: --ep-option {k} has no effect on the compiled model (it applies when a session runs); "
+             "pass it to the session that loads the model" for k in user_options if k in info.runtime_only_keys]
+    key = (info.ep_name, info.library, tuple(sorted(ep.options.items())), tuple(str(d.device.device_id) for d in ep.devices),
+           ep.target.name if ep.target else None)
+    if key not in _CACHE:
+        user = {k: v for k, v in user_options.items() if k in ep.options}
+        _CACHE[key] = _check_in_child(ep, user_options, explicit_target) if isolate else _check(ep, user, explicit_target)
+    return found + _CACHE[key]
+
+
+_MARK = "ortcompile-validate: "
+
+
+def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool) -> list[str]:
+
+    from ortcompile import errors, native
+
+    spec = {"ep": ep.info.ep_name, "library": ep.info.library, "options": user_options, "verbose": native._show_native_output,
+            "target": ep.target.name if ep.target is not None and explicit_target else None}
+    answer, crash, log = _run_child(spec)
+    if crash is not None:
+        blame = "check the --ep-option values (-v shows its log)"
+        if user_options and _run_child({**spec, "options": {}})[1] is not None:
+            blame = "even without --ep-option: this EP cannot compile on this machine"
+        raise CompilationFailed(f"{ep.info.short_name}: {ep.name} crashed ({crash}) when started on a one-node model; {blame}", detail=log)
+    if "error" in answer:
+        cls = getattr(errors, answer["error"]["class"], CompilationFailed)
+        raise cls(answer["error"]["message"], detail=answer["error"]["detail"])
+    return answer["warnings"]
+
+
+def _run_child(spec: dict) -> tuple[dict, str | None, str]:
+    """(answer, how it crashed or None, its stderr)."""
+    import json
+    import signal
+    import subprocess
+
+    code = "from ortcompile.eps.validate import _child_main; _child_main()"
+    try:
+        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        return {}, "no answer within 600 s", ""
+    if spec["verbose"] and child.stderr:
+        sys.stderr.write(child.stderr)
+    answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
+    if child.returncode != 0 or not answers:
+        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
+        return {}, how, child.stderr
+    return json.loads(answers[-1]), None, child.stderr
+
+
+def _child_main() -> None:
+    """Child side of _check_in_child: resolve as the parent did, probe, answer with one JSON line on stdout."""
+    import json
+    import warnings
+
+    from ortcompile import native
+    from ortcompile.eps.registry import resolve
+    from ortcompile.errors import OrtCompileError
+
+    spec = json.loads(sys.argv[1])
+    if spec["verbose"]:
+        native.set_ort_log_level(True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            resolved = resolve(spec["ep"], spec["options"], target=spec["target"], library=spec["library"])
+        user = {k: v for k, v in spec["options"].items() if k in resolved.options}
+        answer: dict = {"warnings": _check(resolved, user, spec["target"] is not None)}
+    except OrtCompileError as exc:
+        answer = {"error": {"class": type(exc).__name__, "message": exc.message, "detail": exc.detail}}
+    sys.stdout.write(_MARK + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors
+
+
+def _check(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
+    info = ep.info
+    doing = f"compile for target {ep.target.name}" if ep.target is not None and explicit_target else "start"
+    # The baseline goes first: after a device it failed to create, QNN's next EP without an explicit
+    # soc_model fails too (process-wide backend state), so probing the user's options first could spoil it.
+    baseline = probe(ep, ep.defaults) if user else None
+    result = probe(ep, ep.options)
+    if result.error is None and (baseline is None or baseline.error is not None):
+        return []  # starts (an unknown EP may need the user's options to start at all)
+    if result.error is not None and (not user or baseline.error is not None):
+        text = " ".join([result.error, *(line.message for line in result.lines)])
+        missing = diagnose.explain_missing(info, text, doing)
+        if missing:
+            raise ComponentMissing(missing, detail=result.error)
+        with_options = " with these --ep-option values" if user else ""
+        raise CompilationFailed(f"{info.short_name}: {info.ep_name} cannot {doing}{with_options}: {_refusal(result, None)}",
+                                detail=result.error)
+    reason = _refusal(result, baseline)
+    if reason is None:
+        return [f"{info.short_name}: {info.ep_name} says about --ep-option: {line.message}" for line in _new_lines(result, baseline)]
+    missing = diagnose.missing_component(info, " ".join([result.error or "", reason]))
+    culprits = list(user)
+    if len(user) > 1:
+        culprits = [k for k, v in user.items() if _refusal(probe(ep, {**ep.defaults, k: v}), baseline) is not None] or culprits
+    named = ", ".join(f"{k}={user[k]}" for k in culprits)
+    raise UsageError(f"{info.short_name}: {info.ep_name} refused --ep-option {named}: {missing or reason}", detail=result.error)
