@@ -135,6 +135,11 @@ class CorpusModel:
     def hint(self, name: str) -> InputHint:
         return next(h for h in self.inputs if h.name == name)
 
+    @property
+    def constants(self) -> dict[str, float | int]:
+        """Inputs that must hold one value (silero's sr=16000): what a user would freeze for an NPU build."""
+        return {h.name: h.value for h in self.inputs if h.kind == "constant" and h.value is not None}
+
 
 def _image(name: str, shape: tuple[int, ...], low: float, high: float, note: str) -> InputHint:
     return InputHint(name, "image", "float32", shape, low=low, high=high, note=note)
@@ -218,7 +223,8 @@ _MODELS: list[CorpusModel] = [
         inputs=(_SILERO_AUDIO, _SILERO_STATE, _SILERO_SR),
         realistic=_SILERO_REALISTIC,
         notes="load_silero_vad(onnx=True): the 8k/16k model; an If on sr selects one of two full sub-networks. Its dims "
-              "are unnamed (input[?, ?], state[2, ?, 128]): --fix-shape. " + _SILERO_WHY,
+              "are unnamed (input[?, ?], state[2, ?, 128]): --fix-shape. Pinned to 576 samples the dead 8 kHz branch no "
+              "longer type-checks once ORT folds its shape Ifs: an NPU build must also freeze sr=16000. " + _SILERO_WHY,
     ),
     CorpusModel(
         "silero/silero_vad_16k_op15", "silero-vad==6.2.3", "silero_vad/data/silero_vad_16k_op15.onnx",
@@ -240,7 +246,8 @@ _MODELS: list[CorpusModel] = [
         ),
         realistic=f"{_SEQUENCE_FRAMES} consecutive frames of a 440 Hz sine (+ harmonics) with 1% noise, zero h and c",
         notes="load_silero_vad(sequence=True): SileroVADSequence runs blocks of up to max_frames=512 frames per call "
-              f"(the last block shorter); an NPU build fixes the block: {_SEQUENCE_FRAMES} frames (~2 s), pad the last block",
+              f"(the last block shorter); an NPU build fixes the block: {_SEQUENCE_FRAMES} frames (~2 s), pad the last block. "
+              "512 frames compiles (50 s on the HTP simulator) but the fp16 LSTM state drifts (cn SNR ~10 dB)",
     ),
     CorpusModel(
         "silero/silero_vad_half", "silero-vad==6.2.3", "silero_vad/data/silero_vad_half.onnx",
@@ -257,7 +264,9 @@ _MODELS: list[CorpusModel] = [
         fix_dims={"batch": 1, "sequence": 576},
         inputs=(_SILERO_AUDIO, _SILERO_SR, _SILERO_STATE),
         realistic=_SILERO_REALISTIC,
-        notes="an opset-18 export whose top level is one If on sr (8k / 16k branches); not loaded by the package's code",
+        notes="an opset-18 export whose top level is one If on sr (8k / 16k branches) reading main-graph initializers, "
+              "which ORT 1.31's EPContext writer drops (onnxruntime#32131): an NPU build must freeze sr=16000; not "
+              "loaded by the package's code",
     ),
     CorpusModel(
         "silero/silero_vad_openvino_16k", "silero-vad==6.2.3", "silero_vad/data/silero_vad_openvino_16k.onnx",
