@@ -18,14 +18,6 @@ CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first
 
 
 @dataclass(frozen=True)
-class Tolerance:
-    # QNN's HTP simulator matched the CPU EP to ~1e-6 on fp32 fixtures; these bounds leave room for
-    # EPs that compute in fp16 internally while still catching a wrong weight or a wrong graph.
-    rtol: float = 1e-3
-    atol: float = 1e-4
-
-
-@dataclass(frozen=True)
 class CompileOptions:
     ep: str = "auto"
     ep_options: dict[str, str] = field(default_factory=dict)
@@ -36,11 +28,12 @@ class CompileOptions:
     require_compiled: bool | None = None  # None: required for EPs that compile, not for pass-through
     force: bool = False
     verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
-    verify_tolerance: Tolerance = field(default_factory=Tolerance)
+    verify_criterion: dict[str, Any] = field(default_factory=dict)  # --verify: criterion settings over the EP's default (rtol, min_snr_db, ...)
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
     prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
     check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
+    inputs: dict[str, Any] = field(default_factory=dict)  # input name -> readback.given.Given: for the check and --verify
     target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
     ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -14,10 +15,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile.errors import UsageError
-from ortcompile.options import Tolerance
 from ortcompile.readback.compare import Criterion, OutputComparison, compare_output, criterion_for
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
-from ortcompile.readback.verify import compare_outputs
 
 CORPUS = Path("/tmp/corpus")
 VERIFY_OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok"}  # tests/test_verify.py
@@ -79,7 +78,7 @@ def fp16_run() -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
 )
 def test_tolerance_keeps_every_field_verify_reports(got: np.ndarray, want: np.ndarray) -> None:
     with np.errstate(invalid="ignore"):
-        today = compare_outputs("y", got, want, Tolerance()).to_json()
+        today = legacy_compare("y", got, want)
     new = strict_json(compare_output("y", got, want, FP32))
     assert set(new) >= VERIFY_OUTPUT_KEYS
     if isinstance(today["max_rel"], float) and np.isnan(today["max_rel"]):  # verify's NaN (a NaN reference): not JSON
@@ -121,9 +120,9 @@ def test_fp16_round_trip_passes_and_garbage_fails(fp16_run) -> None:
 
 def test_a_scaled_output_fails_verify_but_passes_the_loose_check(fp16_run) -> None:
     _, want = fp16_run
-    scaled = want["logits"] * 1.1  # 20 dB: close, but not fp16 rounding
+    scaled = want["logits"] * 1.15  # 16.5 dB: close, but not fp16 rounding (verify wants 20 dB, the check 13 dB)
     verify = compare_output("logits", scaled, want["logits"], FP16)
-    assert not verify.ok and verify.reason.startswith("SNR 20.0 dB < 30 dB; max abs diff")
+    assert not verify.ok and verify.reason.startswith("SNR 16.5 dB < 20 dB; max abs diff")
     assert compare_output("logits", scaled, want["logits"], FP16_CHECK).ok
 
 
@@ -222,14 +221,14 @@ def test_top1_counts_only_decisive_rows() -> None:
 
 
 def test_criteria_by_precision_and_purpose() -> None:
-    assert (FP32.kind, FP32.rtol, FP32.atol) == ("tolerance", Tolerance().rtol, Tolerance().atol)
-    assert FP16.kind == "parity" and FP16.min_snr_db == 30.0 and FP16.min_top1 == 1.0
+    assert (FP32.kind, FP32.rtol, FP32.atol) == ("tolerance", 1e-3, 1e-4)  # what verify has always used for fp32
+    assert FP16.kind == "parity" and FP16.min_snr_db == 20.0 and FP16.min_top1 == 1.0
     assert FP16_CHECK.min_snr_db < FP16.min_snr_db and criterion_for("quantized").min_snr_db < FP16.min_snr_db
     assert criterion_for("fp32", "check").kind == "parity"  # a sanity check, never the strict gate
-    assert FP16.describe().startswith("parity: every element within rtol=0.05 atol=0.005, else SNR >= 30 dB, cosine >= 0.999")
+    assert FP16.describe().startswith("parity: every element within rtol=0.05 atol=0.005, else SNR >= 20 dB, cosine >= 0.995")
     assert "computes in fp16" in FP16.describe() and "release gate" in FP16.describe()
     assert FP32.describe().startswith("tolerance: every element within rtol=0.001 atol=0.0001 (fp32 verify")
-    assert json.loads(json.dumps(FP16.to_json(), allow_nan=False))["min_cosine"] == 0.999
+    assert json.loads(json.dumps(FP16.to_json(), allow_nan=False))["min_cosine"] == 0.995
 
 
 def test_overrides_tighten_and_bad_settings_are_usage_errors() -> None:
@@ -264,12 +263,12 @@ def qnn(model: bytes | str) -> ort.InferenceSession:
 
 
 def corrupt_largest_weight(path: Path) -> bytes:
-    """Every 7th value of the largest weight (initializer or Constant node) negated and tripled: a damaged blob."""
+    """Every other value of the largest weight (initializer or Constant node) negated and tripled: a damaged blob."""
     model = onnx.load(path)
     constants = [a.t for node in model.graph.node if node.op_type == "Constant" for a in node.attribute if a.name == "value"]
     largest = max([*model.graph.initializer, *constants], key=lambda t: int(np.prod(t.dims)))
     weights = numpy_helper.to_array(largest).copy()
-    weights.flat[::7] *= -3.0
+    weights.flat[::2] *= -3.0
     largest.CopyFrom(numpy_helper.from_array(weights, largest.name))
     return model.SerializeToString()
 
@@ -278,8 +277,9 @@ def corrupt_largest_weight(path: Path) -> bytes:
 @pytest.mark.parametrize("model", ["silero_vad/silero_vad_openvino_16k.onnx", "ddddocr/common_det.onnx"])
 def test_corpus_model_on_qnn_passes_parity_and_a_corrupted_one_fails(model: str) -> None:
     """Measured: VAD state SNR 47 dB, YOLO-style detector 45.7 dB (max abs diff 0.027), both failing the fp32
-    tolerance. With the largest weight damaged: 12.7 dB and 25.0 dB, below verify's 30 dB; the loose pre-publish
-    check still passes them (cosine 0.974 and 0.9985: damaged, not garbage) — verify is the gate for that."""
+    tolerance. With half the values of the largest weight damaged both fall below verify's 20 dB. (Milder damage —
+    every 7th value — left the detector at 25.0 dB, inside the fp16 noise of other correct models (26.2 dB): no
+    fp16 criterion can tell it from rounding; the manifest's sha256 catches damaged files, not the outputs.)"""
     path = CORPUS / model
     if not path.is_file():
         pytest.skip(f"{model} not in the corpus")
@@ -294,3 +294,40 @@ def test_corpus_model_on_qnn_passes_parity_and_a_corrupted_one_fails(model: str)
     damaged = qnn(corrupt_largest_weight(path)).run(names, feeds)
     failures = [compare_output(n, g, w, FP16) for n, g, w in zip(names, damaged, want)]
     assert any(not r.ok and r.reason.startswith("SNR ") for r in failures), [r.to_json() for r in failures]
+
+
+# ---------------------------------------------------------------- the comparison verify used before criteria
+
+def legacy_compare(name: str, got: np.ndarray, want: np.ndarray | None, rtol: float = 1e-3, atol: float = 1e-4) -> dict[str, Any]:
+    """verify's element-by-element comparison as it was before criteria (ortcompile 0.1), kept here as the
+    reference the `tolerance` kind must reproduce field for field."""
+    got = np.asarray(got)
+    if want is None or np.asarray(want).shape != got.shape or np.asarray(want).dtype != got.dtype:
+        expected = "missing" if want is None else f"{np.asarray(want).dtype}{list(np.asarray(want).shape)}"
+        reason = f"the compiled model gives {got.dtype}{list(got.shape)}, the source {expected}"
+        return _fields(name, list(got.shape), str(got.dtype), None, None, int(got.size) or 1, int(got.size), reason)
+    want = np.asarray(want)
+    if got.dtype.kind not in "fc":
+        mismatched = int(np.count_nonzero(got != want))
+        diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)), initial=0.0)) if got.dtype.kind in "iub" else float(mismatched)
+        return _fields(name, list(got.shape), str(got.dtype), diff, diff, mismatched, int(got.size))
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    close = np.isclose(g, w, rtol=rtol, atol=atol, equal_nan=True)
+    both_finite = np.isfinite(g) & np.isfinite(w)
+    abs_diff = np.where(both_finite, np.abs(g - w), 0.0)  # inf/nan placement differences count as mismatches
+    rel_diff = abs_diff / np.maximum(np.abs(w), max(atol, 1e-30))  # near zero, relative error means nothing
+    return _fields(
+        name,
+        list(got.shape),
+        str(got.dtype),
+        float(abs_diff.max(initial=0.0)),
+        float(rel_diff.max(initial=0.0)),
+        int(close.size - np.count_nonzero(close)),
+        int(got.size),
+    )
+
+
+def _fields(name: str, shape: list[int], dtype: str, max_abs: float | None, max_rel: float | None, mismatches: int, total: int,
+            reason: str = "") -> dict[str, Any]:
+    return {"name": name, "shape": shape, "dtype": dtype, "max_abs": max_abs, "max_rel": max_rel, "mismatches": mismatches,
+            "total": total, "reason": reason, "ok": mismatches == 0}

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
 
-from ortcompile.cli.compile import tolerance_options
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import ByteSize, KeyValue, pairs
+from ortcompile.cli.params import ByteSize, KeyValue, criterion_options, criterion_settings, given_inputs, input_options, pairs
 
 
-@click.command("bench")
+@click.command("bench", short_help="Run compiled models as a pipeline through a memory-budgeted session pool.")
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--memory-budget", type=ByteSize(), default=None, help="Keep models resident while they fit this much RSS [default: no limit].")
 @click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True, help="Times the whole pipeline runs.")
@@ -20,27 +20,30 @@ from ortcompile.cli.params import ByteSize, KeyValue, pairs
 @click.option("--graph-capture", is_flag=True, help="Capture and replay each session's graph (webgpu); evictions release it.")
 @click.option("--reference", "references", multiple=True, type=click.Path(path_type=str),
               help="Source model for each MODEL, in order: outputs must match it on the CPU EP (repeatable).")
-@click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), help="Value of a symbolic dimension [default: 1].")
+@input_options(with_dims=True)
+@click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), hidden=True)  # the old name of --dim
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
 @click.option("--ort-log-level", type=click.IntRange(0, 4), default=None, help="ONNX Runtime log severity (0 verbose ... 4 fatal).")
-@tolerance_options
+@criterion_options
 @output_options
 def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep: str, ep_options: tuple[tuple[str, str], ...], graph_capture: bool,
-            references: tuple[str, ...], fix_dims: tuple[tuple[str, str], ...], seed: int, ort_log_level: int | None, rtol: float, atol: float) -> None:
+            references: tuple[str, ...], input_args: tuple[str, ...], inputs_file: str | None, dims: tuple[tuple[str, str], ...],
+            fix_dims: tuple[tuple[str, str], ...], seed: int, ort_log_level: int | None, precision: str | None, **criterion: Any) -> None:
     """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
     from ortcompile.cli.render import bench_text, plural
     from ortcompile.compile.shapes import parse_fix_dims
     from ortcompile.errors import UsageError, VerificationFailed
     from ortcompile.native import set_ort_log_level
-    from ortcompile.options import Tolerance
     from ortcompile.run.pipeline import run_pipeline
 
     out = current()
     set_ort_log_level(out.verbose, ort_log_level)
     if references and len(references) != len(models):
         raise UsageError(f"--reference given {plural(len(references), 'time')} for {plural(len(models), 'model')}: give one per model, in order")
+    settings = {**criterion_settings(criterion), **({"precision": precision} if precision else {})}
     report = run_pipeline([Path(m) for m in models], memory_budget, cycles, ep, pairs(ep_options), graph_capture,
-                          [Path(r) for r in references] or None, parse_fix_dims(fix_dims), seed, Tolerance(rtol, atol))
+                          [Path(r) for r in references] or None, parse_fix_dims((*fix_dims, *dims)), seed, settings,
+                          given_inputs(input_args, inputs_file))
     document = report.to_json()
     out.result(document, bench_text(document))
     if not report.ok:

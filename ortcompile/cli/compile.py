@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import ByteSize, KeyValue, pairs
+from ortcompile.cli.params import ByteSize, KeyValue, criterion_options, criterion_settings, given_inputs, input_options, pairs
 from ortcompile.errors import UsageError
 
 if TYPE_CHECKING:
     from ortcompile.options import CompileResult
-
-
-def tolerance_options(func: object) -> object:
-    """--rtol/--atol for output comparison (numpy.isclose semantics)."""
-    func = click.option("--atol", type=float, default=1e-4, show_default=True, help="Absolute tolerance when comparing outputs.")(func)
-    return click.option("--rtol", type=float, default=1e-3, show_default=True, help="Relative tolerance when comparing outputs.")(func)
 
 
 @click.command("compile")
@@ -48,18 +42,20 @@ def tolerance_options(func: object) -> object:
 @click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
 @click.option("--depfile", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write a Make dependency file (like gcc -MD).")
 @click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
-@tolerance_options
+@input_options(with_dims=False)
+@criterion_options
 @output_options
 def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[tuple[str, str], ...], target: str | None,
             ep_library: str | None, inline_threshold: int, align: int,
             align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[tuple[str, str], ...], fix_shapes: tuple[str, ...],
             prepare: bool, check_mode: str, require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool,
-            depfile: str | None, verify: bool, rtol: float, atol: float) -> None:
+            depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
+            **criterion: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.compile.layout import LayoutPolicy
     from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
     from ortcompile.native import set_ort_log_level
-    from ortcompile.options import CompileOptions, Tolerance
+    from ortcompile.options import CompileOptions
 
     out = current()
     set_ort_log_level(out.verbose)
@@ -73,7 +69,8 @@ def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple
         require_compiled=require_compiled,
         force=force,
         verify=verify,
-        verify_tolerance=Tolerance(rtol, atol),
+        verify_criterion=_verify_criterion(verify, precision, criterion_settings(criterion)),
+        inputs=given_inputs(input_args, inputs_file),
         if_changed=if_changed,
         prepare=prepare,
         check=check_mode,  # type: ignore[arg-type]
@@ -95,6 +92,14 @@ def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple
 
         write_depfile(Path(depfile), [depfile_rule(r.model_path, r.inputs) for r in results])
     out.result({"outputs": [r.to_json() for r in results]}, [summary_line(r) for r in results])
+
+
+def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:
+    """The criterion options apply to --verify only: without it they would do nothing, so say so."""
+    if not verify and (settings or precision):
+        raise UsageError(f"{', '.join('--' + k.replace('_db', '').replace('_', '-') for k in settings) or '--precision'}: "
+                         "only used by --verify (the pre-publish check uses its own loose criterion); add --verify or drop it")
+    return {**settings, **({"precision": precision} if precision else {})}
 
 
 def summary_line(result: CompileResult) -> str:

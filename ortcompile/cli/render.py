@@ -86,11 +86,14 @@ def verify_text(report: dict[str, Any]) -> list[str]:
     if not integrity["found"]:
         lines = ["integrity  no manifest beside the model: files not checked"]
     else:
-        lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {len(integrity['files'])} files, sizes and sha256"]
+        lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {plural(len(integrity['files']), 'file')}, sizes and sha256"]
         lines += [f"  problem  {p}" for p in integrity["problems"]]
     lines += [f"  problem  {p}" for p in integrity.get("referenced_files_problems", [])]
     if report["dims"]:
-        lines.append("dims       " + ", ".join(f"{k}={v}" for k, v in report["dims"].items()) + " (symbolic dims; --fix-dim to change)")
+        guessed = report.get("guessed_dims", {})
+        shown = ", ".join(f"{k}={v}{' (guessed)' if k in guessed else ''}" for k, v in report["dims"].items())
+        lines.append(f"dims       {shown} (--dim to set)")
+    lines += [f"inputs     {note}" for note in report.get("inputs", [])]
     seconds = report["session_seconds"]
     if "compiled" in seconds:
         line = f"load       compiled {seconds['compiled']:.2f}s on {report['ep']}"
@@ -100,16 +103,26 @@ def verify_text(report: dict[str, Any]) -> list[str]:
         if speedup:
             line += f" ({speedup}x faster)" if speedup >= 1 else f" ({1 / speedup:.2f}x slower)"
         lines.append(line)
+    lines.append(f"criterion  {report['criterion']['describe']}")
     for run in report["runs"]:
         for out in run["outputs"]:
-            verdict = "ok" if out["ok"] else "MISMATCH"
-            if out["reason"]:
-                lines.append(f"output     {out['name']} seed={run['seed']}: {verdict}, {out['reason']}")
-                continue
-            lines.append(f"output     {out['name']} seed={run['seed']}: {verdict}, max abs {out['max_abs']:.3g}, "
-                         f"max rel {out['max_rel']:.3g}, {out['mismatches']}/{out['total']} outside tolerance")
+            lines.append(f"output     {out['name']} seed={run['seed']}: {'ok' if out['ok'] else 'MISMATCH'}, {_metrics(out)}")
     lines.append("result     " + ("ok" if report["ok"] else f"FAILED: {report['failure']}"))
     return lines
+
+
+def _metrics(out: dict[str, Any]) -> str:
+    """The numbers that decided an output: tolerance counts, or the parity metrics that were measured."""
+    if out["max_abs"] is None:
+        return out["reason"]
+    parts = [f"max abs {out['max_abs']:.3g}", f"{out['mismatches']}/{out['total']} outside tolerance"]
+    if out.get("exact"):
+        parts.append("identical")
+    for key, label, fmt in (("snr_db", "SNR", "{:.1f} dB"), ("cosine", "cosine", "{:.5f}"), ("top1", "top-1", "{:.0%}")):
+        if out.get(key) is not None:
+            parts.append(f"{label} {fmt.format(out[key])}")
+    text = ", ".join(parts)
+    return text + (f" ({out['reason']})" if out["reason"] and not out["ok"] else "") + (f"; {out['note']}" if out.get("note") else "")
 
 
 def bench_text(report: dict[str, Any]) -> list[str]:

@@ -40,6 +40,10 @@ from ortcompile.output.publish import Staging, check_destination, directory_lock
 from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.version import __version__
 
+# Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
+                 "DynamicQuantizeLinear"}
+
 # EPs whose outputs this machine cannot load even when they are right: QNN's x86 HTP simulator segfaults
 # on a context shared by several models (measured with onnxruntime-qnn 2.7.0).
 _SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
@@ -237,22 +241,25 @@ class CompileJob:
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
         """The pre-publish check in the worker child; raise when the output would not load or run."""
-        from ortcompile.readback.check import CheckRequest, describe_ok, run_check
+        from ortcompile.readback import check
+        from ortcompile.readback.parity import run_parity
 
         mode = self.options.check
         if mode == "none":
             return {"mode": "none", "passed": None}
         clock = time.perf_counter()
         worker = workers.get()
-        request = CheckRequest(staging_dir / self.names.model, self.source.path.absolute(), self.request, mode, ep_precision(self.ep), self.pins.named)
-        report = worker.call(run_check, request, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {self.names.model}")
+        self.reporter.stage(f"checking {self.names.model}: {'load and run' if mode == 'run' else 'load'} on {self.ep.info.short_name}")
+        request = check.check_request(staging_dir / self.names.model, self.source.path.absolute(), self.request, mode,
+                                      ep_precision(self.ep, self.source), self.pins.named, self.options.inputs)
+        report = worker.call(run_parity, request, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {self.names.model}")
         self.timings["check"] = time.perf_counter() - clock
         self.peaks["check"] = worker.peak_rss_bytes
-        self.check_report = report.to_json()
+        self.check_report = check.to_json(report)
         if not report.ok:
             raise CompilationFailed(f"{self.source.path.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
-        self.reporter.detail(describe_ok(report))
-        return report.record()
+        self.reporter.detail(check.describe_ok(report))
+        return check.record(report)
 
     def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any] | None, shared: set[str] | None = None) -> Manifest:
         prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
@@ -276,11 +283,12 @@ class CompileJob:
 
         self.reporter.stage("verifying against the source")
         clock = time.perf_counter()
-        report = verify_model(model, self.source.path, ep=self.ep, tolerance=self.options.verify_tolerance, fix_dims=self.pins.named, time_source=False)
+        report = verify_model(model, self.source.path, dims=self.pins.named, inputs=self.options.inputs, time_source=False,
+                              **self.options.verify_criterion)
         if not report.ok:
             raise VerificationFailed(f"not published: {report.failure()}")
-        worst = max((c.max_abs or 0.0 for run in report.runs for c in run["outputs"]), default=0.0)
-        self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g})")
+        worst = max((o["max_abs"] or 0.0 for run in report.runs for o in run["outputs"]), default=0.0)
+        self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
         self.timings["verify"] = time.perf_counter() - clock
 
     def result(self, built: Built, manifest: Manifest) -> CompileResult:
@@ -388,10 +396,14 @@ def versions(ep: eps.ResolvedEp) -> Versions:
     return Versions(__version__, ort.__version__, ep.name, ep.version)
 
 
-def ep_precision(ep: eps.ResolvedEp) -> str:
-    """The precision the EP computes in, which decides how its outputs are judged."""
-    return getattr(ep.info, "precision", None) or ("fp16" if ep.info.short_name == "qnn" else "fp32")
+def ep_precision(ep: eps.ResolvedEp, source: SourceModel | None = None) -> str:
+    """The precision the EP computes in, which decides how its outputs are judged: the catalog's, except that a
+    quantized (QDQ / integer-op) model on an EP that does not compute in fp32 is judged as quantized."""
+    precision = ep.info.precision or "fp32"
+    if source is not None and precision != "fp32" and source.op_counts.keys() & QUANTIZED_OPS:
+        return "quantized"
+    return precision
 
 
 def _needs_static_shapes(ep: eps.ResolvedEp) -> bool:
-    return bool(getattr(ep.info, "needs_static_shapes", ep.info.short_name == "qnn"))
+    return bool(ep.info.static_shapes)

@@ -99,14 +99,17 @@ class Criterion:
 
 # Today's verify tolerance (options.Tolerance): fp32 EPs, release gate.
 FP32_VERIFY = Criterion("tolerance", "fp32", "verify", rtol=1e-3, atol=1e-4)
-# fp16 EPs (QNN HTP), release gate: measured margins in the module docstring.
-FP16_VERIFY = Criterion("parity", "fp16", "verify", rtol=5e-2, atol=5e-3, min_snr_db=30.0, min_cosine=0.999, min_top1=1.0, min_equal_fraction=0.99)
-# Quantized EPs (int8/int16 NPUs): not measured here (no quantized corpus model compiles yet). Int8 outputs sit
-# a few quantization steps from the CPU's QDQ emulation: ~20 dB is the usual floor in NPU toolchains.
-QUANTIZED_VERIFY = Criterion("parity", "quantized", "verify", rtol=0.1, atol=2e-2, min_snr_db=20.0, min_cosine=0.99, min_top1=0.99, min_equal_fraction=0.95)
-# Pre-publish check, fp32 and fp16 EPs: catch garbage (correlation ~0, shuffled or wrong-length outputs:
-# SNR <= 0.5 dB measured), never a correct fp16 output (>= 34 dB measured): 10 dB leaves room on both sides.
-CHECK = Criterion("parity", "fp16", "check", rtol=0.1, atol=1e-2, min_snr_db=10.0, min_cosine=0.9, min_top1=0.9, min_equal_fraction=0.9)
+# fp16 EPs (QNN HTP), release gate. Calibrated on the real-model corpus (13 models, 7 input sets each: realistic,
+# uniform, normal; 282 correct runs) against 1 KiB byte flips in the QNN blob: correct outputs had SNR >= 26.2 dB
+# and cosine >= 0.9988 wherever the elementwise bound did not already pass them (min: silero's LSTM hidden state
+# over 64 frames); flipped ones SNR <= 6.9 dB. 20 dB / 0.995 sits between, with +6 dB of margin on the correct side.
+FP16_VERIFY = Criterion("parity", "fp16", "verify", rtol=5e-2, atol=5e-3, min_snr_db=20.0, min_cosine=0.995, min_top1=1.0, min_equal_fraction=0.99)
+# Quantized EPs (int8/int16 NPUs): not measured here (the corpus's one quantized model keeps its integer ops on the
+# CPU EP). Int8 outputs sit a few quantization steps from the CPU's QDQ emulation, below fp16's noise: 15 dB.
+QUANTIZED_VERIFY = Criterion("parity", "quantized", "verify", rtol=0.1, atol=2e-2, min_snr_db=15.0, min_cosine=0.99, min_top1=0.99, min_equal_fraction=0.95)
+# Pre-publish check, fp32 and fp16 EPs: catch garbage, never a correct output. Corpus (as above): correct runs
+# SNR >= 21.7 dB, cosine >= 0.997; every 1 KiB flip that was not near zero SNR <= 7.5 dB, cosine <= 0.915.
+CHECK = Criterion("parity", "fp16", "check", rtol=0.1, atol=1e-2, min_snr_db=13.0, min_cosine=0.98, min_top1=0.9, min_equal_fraction=0.9)
 QUANTIZED_CHECK = Criterion("parity", "quantized", "check", rtol=0.2, atol=5e-2, min_snr_db=6.0, min_cosine=0.8, min_top1=0.8, min_equal_fraction=0.8)
 
 DEFAULTS = {

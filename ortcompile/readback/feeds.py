@@ -33,7 +33,7 @@ from ortcompile.readback.given import Given, conform, load_inputs, parse_input
 from ortcompile.readback.hints import InputHint, read_hints
 
 __all__ = [
-    "Feeds", "Given", "InputHint", "InputSpec", "guess_dim", "load_inputs", "make_feeds", "parse_input", "read_hints",
+    "Feeds", "Given", "InputHint", "InputSpec", "guess_dim", "load_inputs", "make_feeds", "numpy_dtype", "parse_input", "read_hints",
     "specs_from_model", "specs_from_session", "unknown_dims",
 ]
 
@@ -97,6 +97,11 @@ class Feeds:
     dims: dict[str, int] = field(default_factory=dict)
     guessed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+
+
+def numpy_dtype(ort_type: str) -> np.dtype | None:
+    """The numpy dtype of an ORT type string such as "tensor(float16)" (None: numpy cannot hold it)."""
+    return InputSpec("", _ORT_TYPES.get(ort_type, 0), (), ort_type).dtype
 
 
 def _dims(shape: Iterable[Any]) -> tuple[int | str | None, ...]:

@@ -18,11 +18,13 @@ import numpy as np
 
 from ortcompile.errors import VerificationFailed
 from ortcompile.native import peak_rss_bytes
-from ortcompile.options import Tolerance
-from ortcompile.readback.inputs import make_inputs
-from ortcompile.readback.verify import OutputComparison, compare_outputs, default_tolerance
+from ortcompile.readback.compare import compare_output
+from ortcompile.readback.criteria import Criterion, criterion_for
+from ortcompile.readback.feeds import make_feeds, specs_from_session
+from ortcompile.readback.given import Given
+from ortcompile.readback.hints import read_hints
 from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, reset_peak_rss, rss_bytes
-from ortcompile.run.sessions import open_session
+from ortcompile.run.sessions import open_session, run_session
 
 BENCH_FORMAT = "ortcompile-bench/1"
 
@@ -100,18 +102,22 @@ class BenchReport:
 
 def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
                  graph_capture: bool = False, references: list[Path] | None = None, dims: dict[str, int] | None = None,
-                 seed: int = 0, tolerance: Tolerance | None = None) -> BenchReport:
+                 seed: int = 0, criterion: dict[str, Any] | None = None, inputs: dict[str, Given] | None = None) -> BenchReport:
+    """`criterion`: settings over the default (the verify criterion for the EP's precision against source references;
+    the fp32 tolerance against a model's own first run, which the same EP must reproduce); `inputs`: the user's."""
     dims = dict(dims or {})
     names = _unique_names(models)
     stats = [ModelStats(n, str(m), str(r) if references else "first run") for n, m, r in zip(names, models, references or models)]
     expected: dict[str, dict[str, np.ndarray]] = {}
     feeds: dict[str, dict[str, np.ndarray]] = {}
     pool = SessionPool(memory_budget or 2**62, ep, ep_options, graph_capture, dims)
-    tolerance = default_tolerance(pool.ep.info, tolerance)  # fp16 EPs (QNN's HTP) get fp16 bounds by default
+    settings = dict(criterion or {})
+    precision = settings.pop("precision", None) or (pool.ep.info.precision if references else "fp32")
+    judge = criterion_for(precision, "verify", **settings)
     ep_startup = pool.warm_up()  # the EP's one-time start-up memory is not any model's footprint
     if references:
         for index, (stat, source) in enumerate(zip(stats, references)):
-            feeds[stat.name], expected[stat.name], stat.source_load_seconds = _reference(source, pool, seed + index, dims)
+            feeds[stat.name], expected[stat.name], stat.source_load_seconds = _reference(source, pool, seed + index, dims, inputs or {})
     for stat, model in zip(stats, models):
         pool.add(stat.name, model)
     gc.collect()
@@ -122,7 +128,7 @@ def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3,
     report.pool_peak_rss = report.baseline_rss
     for _ in range(cycles):
         for index, stat in enumerate(stats):
-            _one_step(pool, stat, feeds, expected, seed + index, dims, tolerance, report)
+            _one_step(pool, stat, feeds, expected, seed + index, dims, judge, inputs or {}, report)
     if tracking_peak:
         report.pool_peak_rss = max(report.pool_peak_rss, peak_rss_since_reset() or 0)
     _fold_events(pool, stats)
@@ -133,10 +139,10 @@ def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3,
 
 
 def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expected: dict[str, Any], seed: int,
-              dims: dict[str, int], tolerance: Tolerance, report: BenchReport) -> None:
+              dims: dict[str, int], judge: Criterion, given: dict[str, Given], report: BenchReport) -> None:
     def inputs_for(session: Any) -> dict[str, np.ndarray]:
         if stat.name not in feeds:
-            feeds[stat.name] = make_inputs(session, seed, dims)[0]
+            feeds[stat.name] = make_feeds(specs_from_session(session), seed=seed, dims=dims, given=given, hints=read_hints(Path(stat.path))).arrays
         wanted = sorted(i.name for i in session.get_inputs())
         if wanted != sorted(feeds[stat.name]):
             raise VerificationFailed(f"{stat.name}: its inputs {wanted} differ from the reference's {sorted(feeds[stat.name])}")
@@ -155,21 +161,20 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
         if output_name not in outputs:  # the model lost an output its reference has
             stat.mismatches.append({"run": len(stat.run_seconds), "name": output_name, "ok": False, "reason": "missing from the model's outputs"})
             continue
-        comparison: OutputComparison = compare_outputs(output_name, outputs[output_name], reference.get(output_name), tolerance)
+        comparison = compare_output(output_name, outputs[output_name], reference.get(output_name), judge)
         if not comparison.ok:
             stat.mismatches.append({"run": len(stat.run_seconds), **comparison.to_json()})
 
 
-def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int], given: dict[str, Given]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
     """Seeded inputs, the source's outputs on the CPU EP, and how long the source takes to load on the pool's EP."""
     on_ep = open_session(source, pool.ep, dims)
     load_seconds = on_ep.seconds
     del on_ep
     gc.collect()
     cpu = open_session(source, None, dims).session
-    inputs, _ = make_inputs(cpu, seed, dims)
-    names = [o.name for o in cpu.get_outputs()]
-    outputs = dict(zip(names, cpu.run(names, inputs)))
+    inputs = make_feeds(specs_from_session(cpu), seed=seed, dims=dims, given=given, hints=read_hints(source)).arrays
+    outputs = run_session(cpu, inputs, f"the source {source.name}")
     del cpu
     gc.collect()
     return inputs, outputs, load_seconds

@@ -240,6 +240,6 @@ class SessionPool:
 
 
 def _numpy_type(ort_type: str) -> Any:
-    from ortcompile.readback.inputs import NUMPY_TYPES
+    from ortcompile.readback.feeds import _ORT_TYPES, InputSpec
 
-    return NUMPY_TYPES[ort_type]
+    return InputSpec("output", _ORT_TYPES.get(ort_type, 0), (), ort_type).dtype

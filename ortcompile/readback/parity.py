@@ -1,0 +1,184 @@
+"""Run a compiled model on its EP and the source on the CPU EP with the same inputs, and judge the outputs.
+
+Shared by the pre-publish check (compile) and `verify`: it runs in the worker child, where an EP crash
+(a corrupted QNN blob loads, then segfaults on its first run) cannot take ortcompile down. One session at a
+time, each freed before the next, so a large model is never held twice; the outputs are compared in the
+child, so they are never copied back either.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compile.epstep import EpRequest
+from ortcompile.errors import InvalidModel, OrtCompileError, ort_reason
+from ortcompile.progress import Reporter
+from ortcompile.readback.criteria import Criterion
+from ortcompile.readback.given import Given
+
+CPU_EP = "CPUExecutionProvider"
+
+# Load errors whose cause we know, and what to do about it.
+_LIKELY_CAUSES = (
+    (("count of graph inputs should be at least the count of tensor_wrapper", "zero graph inputs is not supported"),
+     "the EP took only shape-computation partitions: pin the dynamic dims with --fix-dim/--fix-shape (and keep the prepare step)"),
+    (("single static assignment",),
+     "ONNX Runtime's Compile API wrote subgraphs it cannot load again (If/Loop bodies left on the CPU EP); try --no-prepare or --ep cpu"),
+)
+
+
+@dataclass(frozen=True)
+class ParityRequest:
+    model: Path  # the compiled model
+    source: Path  # the model it was compiled from: its outputs on the CPU EP are the reference
+    ep: EpRequest
+    mode: str  # "load" or "run"
+    criterion: Criterion | None = None  # how outputs are judged (None with mode "load")
+    dims: dict[str, int] = field(default_factory=dict)  # symbolic dim -> value (named ones are ORT free-dim overrides)
+    seeds: tuple[int, ...] = (0,)
+    given: dict[str, Given] = field(default_factory=dict)  # the user's inputs; the rest is generated
+    time_source_on_ep: bool = False  # also load the source on the EP, to compare load times
+
+
+@dataclass
+class ParityReport:
+    mode: str
+    ok: bool = True
+    error: str = ""  # one line: what failed, with the EP's root cause
+    hint: str = ""  # the likely cause and what to try
+    seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu
+    placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
+    criterion: dict[str, Any] = field(default_factory=dict)
+    criterion_text: str = ""
+    runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "outputs": [OutputComparison.to_json()]}
+    dims: dict[str, int] = field(default_factory=dict)  # every symbolic dim's value in the runs
+    guessed: dict[str, int] = field(default_factory=dict)  # of those, the ones nobody gave
+    notes: list[str] = field(default_factory=list)  # how inputs were chosen
+
+    def failure(self) -> str:
+        return f"{self.error}; {self.hint}" if self.hint else self.error
+
+    @property
+    def outputs(self) -> list[dict[str, Any]]:
+        return [o for run in self.runs for o in run["outputs"]]
+
+
+def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
+    """In the worker child: load (and run) the compiled model on its EP; compare with the source on the CPU EP."""
+    report = ParityReport(request.mode)
+    ep = request.ep.resolve()
+    try:
+        outputs, feeds = _run_compiled(request, ep, report, reporter)
+        if request.mode == "run":
+            if request.time_source_on_ep and ep.name != CPU_EP:
+                report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
+            _compare_with_source(request, feeds, outputs, report)
+    except InvalidModel:
+        raise  # the source itself does not load: invalid input, not a failed comparison
+    except OrtCompileError as exc:
+        report.ok, report.error = False, exc.message
+        report.hint = likely_cause(exc.detail or exc.message)
+    return report
+
+
+def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
+    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, placement, run_session
+
+    label = f"the compiled {request.model.name}"
+    try:
+        timed = open_session(request.model, ep, request.dims, config={RECORD_ASSIGNMENT: "1"}, label=label)
+    except OrtCompileError:
+        _refuse_invalid_source(request)
+        raise
+    report.seconds["compiled"] = timed.seconds
+    report.placement = placement(timed.session)
+    off_ep = report.placement.get(CPU_EP, {}).get("EPContext", 0)
+    if off_ep:
+        raise OrtCompileError(f"{off_ep} EPContext node(s) of {request.model.name} were not taken by {ep.name}")
+    if request.mode != "run":
+        return [], []
+    feeds = _feeds(request, timed.session, report)
+    reporter.stage(f"running {request.model.name} on {ep.name}")
+    clock = time.perf_counter()
+    outputs = [run_session(timed.session, f, label, ep) for f in feeds]
+    report.seconds["run"] = time.perf_counter() - clock
+    del timed
+    gc.collect()
+    return outputs, feeds
+
+
+def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[dict[str, Any]]:
+    from ortcompile.readback.feeds import make_feeds, specs_from_session
+    from ortcompile.readback.hints import read_hints
+
+    specs, hints = specs_from_session(session), read_hints(request.source)
+    runs = [make_feeds(specs, seed=seed, dims=request.dims, given=request.given, hints=hints) for seed in request.seeds]
+    report.dims, report.guessed = dict(runs[0].dims), dict(runs[0].guessed)
+    report.notes = list(runs[0].notes)
+    if report.guessed:
+        report.notes.append("guessed dims: " + ", ".join(f"{k}={v}" for k, v in sorted(report.guessed.items())))
+    return [run.arrays for run in runs]
+
+
+def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
+    from ortcompile.run.sessions import open_session
+
+    timed = open_session(model, ep, dims, label=f"the source {model.name} on {ep.name}")
+    seconds = timed.seconds
+    del timed
+    gc.collect()
+    return seconds
+
+
+def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport) -> None:
+    from ortcompile.readback.compare import compare_output
+    from ortcompile.run.sessions import open_session, run_session
+
+    assert request.criterion is not None
+    reference = open_session(request.source, None, request.dims, label=f"the source {request.source.name} on the CPU EP")
+    report.seconds["source_on_cpu"] = reference.seconds
+    expected = [run_session(reference.session, f, f"the source {request.source.name}") for f in feeds]
+    del reference
+    gc.collect()
+    report.criterion, report.criterion_text = request.criterion.to_json(), request.criterion.describe()
+    for seed, got, want in zip(request.seeds, outputs, expected):
+        if set(got) != set(want):  # a compiled model that computes fewer (or other) things is not the same model
+            report.ok = False
+            report.error = f"the compiled model has outputs {sorted(got)} but the source has {sorted(want)}"
+            return
+        comparisons = [compare_output(name, got[name], want[name], request.criterion) for name in want]
+        report.runs.append({"seed": seed, "outputs": [c.to_json() for c in comparisons]})
+        bad = next((c for c in comparisons if not c.ok), None)
+        if bad is not None and report.ok:
+            report.ok = False
+            report.error = f"output {bad.name!r} differs from the source on the CPU EP (seed {seed}): {bad.reason}"
+
+
+def _refuse_invalid_source(request: ParityRequest) -> None:
+    """A compiled model that does not load, from a source ORT cannot load either: invalid input (exit 3)."""
+    from ortcompile.run.sessions import open_session, session_options
+
+    options = session_options(None, request.dims)
+    options.graph_optimization_level = _disable_all()
+    try:
+        open_session(request.source, None, options=options, label=str(request.source))
+    except OrtCompileError as exc:
+        raise InvalidModel(f"{request.source}: ONNX Runtime cannot load this model: {ort_reason(exc.detail or exc.message)}", detail=exc.detail) from None
+
+
+def _disable_all() -> Any:
+    import onnxruntime as ort
+
+    return ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+
+
+def likely_cause(text: str) -> str:
+    for needles, cause in _LIKELY_CAUSES:
+        if any(n in text for n in needles):
+            return cause
+    return ""
