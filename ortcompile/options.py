@@ -34,6 +34,7 @@ class CompileOptions:
     prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
     check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
     inputs: dict[str, Any] = field(default_factory=dict)  # input name -> readback.given.Given: for the check and --verify
+    freeze: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the compiled model is specialized on
     target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
     ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
 
@@ -55,6 +56,7 @@ class CompileOptions:
             "require_compiled": require_compiled,
             "share_weights": self.share_weights,
             "prepare": self.prepare and compiles,  # only a compiling EP's input is prepared
+            **({"freeze": dict(sorted(self.freeze.items()))} if self.freeze else {}),
             **({"target": self.target} if self.target else {}),
         }  # verify and check settings are left out: they do not change a byte of the output
 

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
               help="Embed EP blobs in the model (auto: only small ones).")
 @click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), help="Pin a symbolic dimension (repeatable).")
 @click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
+@click.option("--freeze", "freeze", multiple=True, type=KeyValue("sr=16000", "INPUT=VALUE"),
+              help="Specialize the model on an input's value (an If switching on it is decided at compile time; repeatable).")
 @click.option("--prepare/--no-prepare", default=True, show_default=True,
               help="Compiling EPs: pin the dims in the graph and fold constants (ORT basic optimization) before the EP sees it.")
 @click.option("--check", "check_mode", type=click.Choice(["none", "load", "run"]), default="run", show_default=True,
@@ -48,10 +50,11 @@ if TYPE_CHECKING:
 def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[tuple[str, str], ...], target: str | None,
             ep_library: str | None, inline_threshold: int, align: int,
             align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[tuple[str, str], ...], fix_shapes: tuple[str, ...],
-            prepare: bool, check_mode: str, require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool,
+            freeze: tuple[tuple[str, str], ...], prepare: bool, check_mode: str, require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool,
             depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
             **criterion: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
+    from ortcompile.compile.freeze import parse_freeze
     from ortcompile.compile.layout import LayoutPolicy
     from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
     from ortcompile.native import set_ort_log_level
@@ -73,6 +76,7 @@ def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple
         inputs=given_inputs(input_args, inputs_file),
         if_changed=if_changed,
         prepare=prepare,
+        freeze=parse_freeze(freeze),
         check=check_mode,  # type: ignore[arg-type]
         target=target,
         ep_library=ep_library,

@@ -56,6 +56,7 @@ class EpStep:
     prepare: bool  # pin the dims in the graph and fold constants before the EP sees it
     require_compiled: bool
     session_config: dict[str, str] = field(default_factory=dict)
+    frozen: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs to specialize the model on
 
 
 @dataclass
@@ -78,7 +79,8 @@ def run_ep_step(step: EpStep, reporter: Reporter, data_pass: DataPass | None = N
     model, source_files, overrides, summary = step.source.path.absolute(), step.source.external_paths, step.pins.named, None
     if step.prepare:
         reporter.stage(f"preparing {step.source.path.name}: pinning shapes, folding constants")
-        model, summary = prepare_model(model, step.pins, step.staging_dir / PREPARE_DIR, step.layout.inline_threshold, step.source.weight_bytes)
+        model, summary = prepare_model(model, step.pins, step.staging_dir / PREPARE_DIR, step.layout.inline_threshold, step.source.weight_bytes,
+                                       step.frozen)
         seconds["prepare"] = summary.seconds
         reporter.detail(summary.describe())
         source_files, overrides = {f"{model.name}.data": model.with_name(f"{model.name}.data")}, {}

@@ -137,8 +137,10 @@ class CompileJob:
         ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
         prepares = ep.info.compiles and options.prepare
         pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares)
+        if options.freeze and not prepares:
+            raise UsageError("--freeze specializes the model in the prepare step: it needs a compiling EP and no --no-prepare")
         if ep.info.compiles and _needs_static_shapes(ep):
-            require_static(source, pins, ep.info.short_name)
+            require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
         require = ep.info.compiles if options.require_compiled is None else options.require_compiled
         names = OutputNames.for_source(source.path)
         created = prepare_output_dir(output_dir)
@@ -179,7 +181,7 @@ class CompileJob:
 
     def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
         return EpStep(self.source, self.request, staging_dir, self.names.model, self.options.layout, self.pins,
-                      self.compiles and self.options.prepare, self.require_compiled, session_config or {})
+                      self.compiles and self.options.prepare, self.require_compiled, session_config or {}, dict(self.options.freeze))
 
     def build(self, staging_dir: Path, workers: Workers) -> Built:
         """Passes 1 and 2 into the staging directory."""
@@ -251,7 +253,7 @@ class CompileJob:
         worker = workers.get()
         self.reporter.stage(f"checking {self.names.model}: {'load and run' if mode == 'run' else 'load'} on {self.ep.info.short_name}")
         request = check.check_request(staging_dir / self.names.model, self.source.path.absolute(), self.request, mode,
-                                      ep_precision(self.ep, self.source), self.pins.named, self.options.inputs)
+                                      ep_precision(self.ep, self.source), self.pins.named, self.given_inputs())
         report = worker.call(run_parity, request, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {self.names.model}")
         self.timings["check"] = time.perf_counter() - clock
         self.peaks["check"] = worker.peak_rss_bytes
@@ -260,6 +262,13 @@ class CompileJob:
             raise CompilationFailed(f"{self.source.path.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
         self.reporter.detail(check.describe_ok(report))
         return check.record(report)
+
+    def given_inputs(self) -> dict[str, Any]:
+        """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
+        compiled model ignores it; the source must get the same value to compute the same thing)."""
+        from ortcompile.readback.given import Given
+
+        return {**{name: Given(value, f"--freeze {name}={value}") for name, value in self.options.freeze.items()}, **self.options.inputs}
 
     def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any] | None, shared: set[str] | None = None) -> Manifest:
         prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
@@ -283,7 +292,7 @@ class CompileJob:
 
         self.reporter.stage("verifying against the source")
         clock = time.perf_counter()
-        report = verify_model(model, self.source.path, dims=self.pins.named, inputs=self.options.inputs, time_source=False,
+        report = verify_model(model, self.source.path, dims=self.pins.named, inputs=self.given_inputs(), time_source=False,
                               **self.options.verify_criterion)
         if not report.ok:
             raise VerificationFailed(f"not published: {report.failure()}")

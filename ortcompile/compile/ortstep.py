@@ -224,7 +224,19 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
     if any(marker in text for marker in _INVALID_MODEL_MARKERS) and not _cpu_can_load(source):
         raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(text)}", detail=text) from exc
     # The model itself is fine (the CPU EP loads it): the EP failed while partitioning or compiling it.
-    raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {ort_reason(text)}", detail=text) from exc
+    raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {ort_reason(text)}{_switch_hint(source)}", detail=text) from exc
+
+
+def _switch_hint(source: Path) -> str:
+    """Models that switch networks on an input (If on sr == 16000) often compile once specialized: say how."""
+    import onnx
+
+    from ortcompile.compile.freeze import freeze_suggestion
+
+    try:
+        return freeze_suggestion(onnx.load_model(str(source.absolute()), load_external_data=False))
+    except Exception:
+        return ""  # only a hint: never let it hide the real error
 
 
 def _cpu_can_load(source: Path) -> bool:

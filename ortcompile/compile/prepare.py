@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.shapes import Pins
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
@@ -38,23 +39,32 @@ class PrepareSummary:
     removed_ops: dict[str, int]  # op type -> nodes the optimization removed (folded or eliminated)
     added_ops: dict[str, int]  # op type -> nodes it added (fusions)
     seconds: float
+    frozen: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the model was specialized on
+    inlined: list[str] = field(default_factory=list)  # the Ifs those decided, and the branch each took
 
     def describe(self) -> str:
         removed = ", ".join(f"{op} -{n}" for op, n in sorted(self.removed_ops.items(), key=lambda kv: -kv[1])[:8])
-        return f"prepare: {self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization" + (f" ({removed})" if removed else "")
+        frozen = f"frozen {', '.join(f'{k}={v}' for k, v in self.frozen.items())} ({len(self.inlined)} If taken); " if self.frozen else ""
+        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization" + (f" ({removed})" if removed else "")
 
     def to_record(self) -> dict[str, Any]:
         """For the manifest: what was done to the graph (deterministic: no times)."""
-        return {"pins": self.pins, "optimization": OPTIMIZATION, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after}
+        record = {"pins": self.pins, "optimization": OPTIMIZATION, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after}
+        if self.frozen:
+            record["frozen"] = self.frozen  # the compiled model computes what the source does for these values only
+        return record
 
 
-def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int, weight_bytes: int = 0) -> tuple[Path, PrepareSummary]:
-    """Write `out_dir/<source name>` (+ `.data`): the source with pins applied and ORT BASIC optimization."""
+def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int, weight_bytes: int = 0,
+                  frozen: dict[str, int | float] | None = None) -> tuple[Path, PrepareSummary]:
+    """Write `out_dir/<source name>` (+ `.data`): the source specialized on `frozen` inputs, with pins applied
+    and ORT BASIC optimization."""
     import onnx
 
     clock = time.perf_counter()
     model = onnx.load_model(str(source), load_external_data=False)
     before = _op_counts(model)
+    inlined = freeze_inputs(model, frozen) if frozen else []
     apply_pins(model, pins)
     _infer_shapes(model)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -69,7 +79,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     added.subtract(before)
     summary = PrepareSummary(pins.to_json(), sum(before.values()), sum(after.values()),
                              {op: n for op, n in removed.items() if n > 0}, {op: n for op, n in added.items() if n > 0},
-                             time.perf_counter() - clock)
+                             time.perf_counter() - clock, dict(frozen or {}), inlined)
     return prepared, summary
 
 
@@ -147,12 +157,16 @@ def _prepare_failed(exc: Exception, model_bytes: bytes, source: Path, pins: Pins
     except Exception as load_error:
         return InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(load_error)}", detail=str(load_error))
     try:
-        _load(model_bytes, _cpu_options(source, optimize=False))
+        _load(model_bytes, _cpu_options(source, optimize=True))  # the same optimization, nothing written
     except Exception:
+        import onnx
+
+        from ortcompile.compile.freeze import freeze_suggestion
+
         shown = ", ".join(f"{k}={v}" for k, v in pins.named.items()) or "the given shapes"
+        suggestion = freeze_suggestion(onnx.load_model(str(source), load_external_data=False)) or " (try other --fix-dim/--fix-shape values)"
         return CompilationFailed(f"{source.name}: with {shown} pinned, ONNX Runtime rejects the graph: {ort_reason(exc)}; "
-                                 "the model cannot be made static with these values (try other --fix-dim/--fix-shape values, or --no-prepare)",
-                                 detail=str(exc))
+                                 f"the model cannot be made static this way{suggestion}", detail=str(exc))
     return _write_error(prepared_dir, weight_bytes) or OutputError(f"cannot write the prepared model: {ort_reason(exc)}", detail=str(exc))
 
 

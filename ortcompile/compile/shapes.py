@@ -110,19 +110,21 @@ def _merge_shape(pins: Pins, model_input: InputInfo, shape: tuple[int, ...], all
             raise UsageError(f"--fix-shape {model_input.name}: dimension {declared!r} is already fixed to {pins.named[declared]}")
 
 
-def still_dynamic(source: SourceModel, pins: Pins) -> list[InputInfo]:
-    """Inputs with a dimension no pin reaches, shown with the pins applied."""
+def still_dynamic(source: SourceModel, pins: Pins, frozen: set[str] = frozenset()) -> list[InputInfo]:  # type: ignore[assignment]
+    """Inputs with a dimension no pin reaches, shown with the pins applied (frozen inputs become constants)."""
     left = []
     for model_input in source.inputs:
+        if model_input.name in frozen:
+            continue
         shape = pins.shape_of(model_input)
         if any(not isinstance(d, int) for d in shape):
             left.append(InputInfo(model_input.name, shape))
     return left
 
 
-def require_static(source: SourceModel, pins: Pins, ep_short_name: str) -> None:
+def require_static(source: SourceModel, pins: Pins, ep_short_name: str, frozen: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Refuse before any work: an NPU EP given a dynamic graph compiles only shape glue that does not load."""
-    left = still_dynamic(source, pins)
+    left = still_dynamic(source, pins, frozen)
     if not left:
         return
     names = sorted({d for i in left for d in i.dims if isinstance(d, str)})
