@@ -461,7 +461,8 @@ def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
     if kind == "dim_value":
         return int(dim.dim_value) if dim.dim_value >= 0 else None
     if kind == "dim_param":
-        return _text(dim.dim_param) or None
+        name = _text(dim.dim_param)
+        return None if name in ("", "?") else name  # "?" is how some exporters write "unknown": not a shared symbol
     return None
 
 

@@ -136,7 +136,9 @@ class CompileJob:
         source = read_source(source_path)
         ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
         prepares = ep.info.compiles and options.prepare
-        pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares)
+        # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
+        # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
+        pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
         if options.freeze and not prepares:
             raise UsageError("--freeze specializes the model in the prepare step: it needs a compiling EP and no --no-prepare")
         if ep.info.compiles and _needs_static_shapes(ep):

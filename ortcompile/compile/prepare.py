@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.shapes import Pins
+from ortcompile.compile.shapes import Pins, apply_pins, value_dims
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
@@ -83,27 +83,6 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     return prepared, summary
 
 
-def apply_pins(model: Any, pins: Pins) -> None:
-    """Named dims get their value wherever they appear (every graph); unnamed ones on their input only."""
-    for site in iter_graphs(model):
-        for value in (*site.graph.input, *site.graph.output, *site.graph.value_info):
-            for dim in _dims(value):
-                if dim.HasField("dim_param") and dim.dim_param in pins.named:
-                    dim.dim_value = pins.named[dim.dim_param]  # setting the value clears the param (a oneof)
-                elif dim.HasField("dim_value") and dim.dim_value < 0:
-                    dim.Clear()  # -1 is an exporter's "unknown"; left in place it reads as a bad size
-    for graph_input in model.graph.input:
-        for axis, value in pins.unnamed.get(graph_input.name, {}).items():
-            dim = _dims(graph_input)[axis]
-            dim.Clear()
-            dim.dim_value = value
-
-
-def _dims(value: Any) -> Any:
-    tensor_type = value.type.tensor_type
-    return tensor_type.shape.dim if value.type.HasField("tensor_type") and tensor_type.HasField("shape") else []
-
-
 def _infer_shapes(model: Any) -> None:
     """ONNX shape inference fills in output and intermediate shapes from the pins (best effort: ORT infers again)."""
     import onnx
@@ -113,7 +92,7 @@ def _infer_shapes(model: Any) -> None:
     except Exception:
         return
     for declared, found in zip(model.graph.output, inferred.graph.output):
-        if all(d.HasField("dim_value") for d in _dims(found)) and len(_dims(found)) == len(_dims(declared)):
+        if all(d.HasField("dim_value") for d in value_dims(found)) and len(value_dims(found)) == len(value_dims(declared)):
             declared.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.datapass import DataPass
+from ortcompile.compile.shapes import Pins, apply_pins
 from ortcompile.compile.source import SourceModel
 from ortcompile.errors import InvalidModel
 from ortcompile.onnxfacts import ATTR_TENSOR, EXTERNAL, MalformedTensor, attribute, element_size, external_ref, iter_graphs, iter_initializers, stored_nbytes
@@ -26,11 +27,14 @@ from ortcompile.paths import model_dir
 KeepInline = Callable[[str, str], bool]  # (graph path, tensor name) -> keep it in the proto
 
 
-def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline | None = None) -> bytes:
-    """The source's graph proto with large initializers moved into the data pass's files; returns its bytes."""
+def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline | None = None, pins: Pins | None = None) -> bytes:
+    """The source's graph proto with large initializers moved into the data pass's files and the pins written
+    into its shapes (as for compiling EPs, without folding anything); returns its bytes."""
     import onnx
 
     model = onnx.load_model(str(source.path), load_external_data=False)
+    if pins is not None:
+        apply_pins(model, pins)
     keep = keep_inline or (lambda graph, name: False)
     if model.ir_version >= 4:  # older IRs list initializers among the graph inputs: leave their Constants be
         _constants_to_initializers(model, data_pass.layout.policy.inline_threshold, keep)

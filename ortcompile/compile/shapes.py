@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
@@ -143,3 +144,27 @@ def dynamic_inputs_hint(source: SourceModel, overrides: dict[str, int]) -> str:
     names = sorted({d for i in left for d in i.dims if isinstance(d, str)})
     fix = " ".join(f"--fix-dim {n}=1" for n in names) or f"--fix-shape {left[0].name}=..."
     return f"; dynamic inputs: {', '.join(i.describe() for i in left)}; NPU EPs need static shapes: try {fix}"
+
+
+def apply_pins(model: Any, pins: Pins) -> None:
+    """Named dims get their value wherever they appear (every graph); unnamed ones on their input only."""
+    from ortcompile.onnxfacts import iter_graphs
+
+    for site in iter_graphs(model):
+        for value in (*site.graph.input, *site.graph.output, *site.graph.value_info):
+            for dim in value_dims(value):
+                if dim.HasField("dim_param") and dim.dim_param in pins.named:
+                    dim.dim_value = pins.named[dim.dim_param]  # setting the value clears the param (a oneof)
+                elif dim.HasField("dim_value") and dim.dim_value < 0:
+                    dim.Clear()  # -1 is an exporter's "unknown"; left in place it reads as a bad size
+    for graph_input in model.graph.input:
+        for axis, value in pins.unnamed.get(graph_input.name, {}).items():
+            dim = value_dims(graph_input)[axis]
+            dim.Clear()
+            dim.dim_value = value
+
+
+def value_dims(value: Any) -> Any:
+    """The dims of a value's tensor shape (empty when it has none)."""
+    tensor_type = value.type.tensor_type
+    return tensor_type.shape.dim if value.type.HasField("tensor_type") and tensor_type.HasField("shape") else []
