@@ -182,18 +182,26 @@ def register_qnn() -> None:
         ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
 
 
-def qnn_session(model_path: Path) -> Any:
-    """Plain onnxruntime on the QNN EP: what an app does with the compiled model (no ortcompile involved)."""
+def qnn_session(model_path: Path, allow_cpu_nodes: bool = True) -> Any:
+    """Plain onnxruntime on the QNN EP: what an app does with the compiled model (no ortcompile involved).
+
+    Never a silent CPU rerun (`disable_fallback`); with `allow_cpu_nodes=False`, a model with any node left on the
+    CPU EP (or an EPContext node QNN would not take) is refused at load.
+    """
     import onnxruntime as ort
     import onnxruntime_qnn
 
     register_qnn()
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not allow_cpu_nodes:
+        options.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
     assert devices, "QNN EP claims no device"
     options.add_provider_for_devices(devices, {"backend_path": onnxruntime_qnn.get_qnn_htp_path()})
-    return ort.InferenceSession(str(model_path), options)
+    session = ort.InferenceSession(str(model_path), options)
+    session.disable_fallback()
+    return session
 
 
 def cpu_session(model_path: Path) -> Any:
