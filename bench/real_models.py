@@ -32,8 +32,7 @@ class Row:
     extra: tuple[str, ...] = ()  # options beyond the pins (e.g. --freeze sr=16000)
 
     def args(self, model: corpus.CorpusModel) -> list[str]:
-        pins = model.cli_pins() if self.ep != "cpu" else []  # pass-through needs no static shapes
-        return ["--ep", self.ep, *pins, *self.extra]
+        return ["--ep", self.ep, *model.cli_pins(), *self.extra]  # one flag set for both EPs: pins fit pass-through too
 
     def command(self, model: corpus.CorpusModel) -> str:
         return " ".join(["ortcompile compile", f"{model.name}.onnx", "-o out/", *self.args(model)])
