@@ -40,11 +40,12 @@ class Row:
 
 def rows() -> list[Row]:
     """Every corpus model with both EPs, plus the commands the error messages suggest where they do."""
-    found = [Row(m.id, ep) for m in corpus.models() for ep in EPS]
+    found = []
     for model in corpus.models():
-        if model.constants:  # silero's sr: the compile error suggests --freeze for the models that need it
-            freeze = tuple(a for name, value in model.constants.items() for a in ("--freeze", f"{name}={value}"))
-            found.insert(found.index(Row(model.id, "qnn")) + 1, Row(model.id, "qnn", freeze))
+        for ep in EPS:
+            found.append(Row(model.id, ep))
+            if model.constants:  # silero's sr: what the compile error suggests where the plain command fails
+                found.append(Row(model.id, ep, tuple(a for name, value in model.constants.items() for a in ("--freeze", f"{name}={value}"))))
     return found
 
 

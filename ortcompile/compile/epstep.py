@@ -118,7 +118,7 @@ def run_relayout(step: EpStep, reporter: Reporter, data_pass: DataPass | None = 
         progress = reporter.bytes_bar("data pass", step.source.weight_bytes)
         data_pass = DataPass(FileSink(step.staging_dir), step.model_name, DataLayout(step.layout), progress)
     try:
-        graph = relayout(step.source, data_pass, pins=step.pins)
+        graph = relayout(step.source, data_pass, pins=step.pins, frozen=step.frozen)
     except BaseException:
         if own:
             data_pass.abandon()

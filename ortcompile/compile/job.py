@@ -139,8 +139,8 @@ class CompileJob:
         # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
         # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
         pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
-        if options.freeze and not prepares:
-            raise UsageError("--freeze specializes the model in the prepare step: it needs a compiling EP and no --no-prepare")
+        if options.freeze and ep.info.compiles and not options.prepare:
+            raise UsageError("--freeze specializes the model in the prepare step: drop --no-prepare")
         if ep.info.compiles and _needs_static_shapes(ep):
             require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
         require = ep.info.compiles if options.require_compiled is None else options.require_compiled

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.datapass import DataPass
+from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.shapes import Pins, apply_pins
 from ortcompile.compile.source import SourceModel
 from ortcompile.errors import InvalidModel
@@ -27,12 +28,15 @@ from ortcompile.paths import model_dir
 KeepInline = Callable[[str, str], bool]  # (graph path, tensor name) -> keep it in the proto
 
 
-def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline | None = None, pins: Pins | None = None) -> bytes:
-    """The source's graph proto with large initializers moved into the data pass's files and the pins written
-    into its shapes (as for compiling EPs, without folding anything); returns its bytes."""
+def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline | None = None, pins: Pins | None = None,
+             frozen: dict[str, int | float] | None = None) -> bytes:
+    """The source's graph proto with large initializers moved into the data pass's files, specialized on `frozen`
+    inputs and with the pins written into its shapes (as for compiling EPs, without folding anything)."""
     import onnx
 
     model = onnx.load_model(str(source.path), load_external_data=False)
+    if frozen:
+        freeze_inputs(model, frozen)
     if pins is not None:
         apply_pins(model, pins)
     keep = keep_inline or (lambda graph, name: False)

@@ -81,8 +81,20 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
         raise  # the source itself does not load: invalid input, not a failed comparison
     except OrtCompileError as exc:
         report.ok, report.error = False, exc.message
-        report.hint = likely_cause(exc.detail or exc.message)
+        report.hint = likely_cause(exc.detail or exc.message) or _switch_hint(request.source)
     return report
+
+
+def _switch_hint(source: Path) -> str:
+    """A model that switches networks on an input often loads once specialized on it: say how."""
+    import onnx
+
+    from ortcompile.compile.freeze import freeze_suggestion
+
+    try:
+        return freeze_suggestion(onnx.load_model(str(source), load_external_data=False)).removeprefix("; ")
+    except Exception:
+        return ""  # only a hint: never let it hide the real error
 
 
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
