@@ -8,7 +8,8 @@
 #   ORTCOMPILE   how to run ortcompile               (default: ortcompile)
 #   EP           execution provider                  (default: auto = QNN when installed)
 #   FIX_DIMS     symbolic dims to pin, "batch=1 seq=128" (NPU EPs need static shapes)
-#   RTOL, ATOL   output tolerances for --verify and verify (default: ortcompile's 1e-3 / 1e-4)
+#   RTOL, ATOL   element-by-element tolerances for --verify and verify (default: the EP precision's criterion)
+#   PRECISION    judge outputs as an EP of this precision: fp32 (element by element), fp16, quantized (parity)
 #   RUNS         seeded runs for the final verify    (default: 3)
 #
 # Produces, in ARTIFACT_DIR:
@@ -40,6 +41,7 @@ compiled="$build/${stem}_ctx.onnx"
 tolerance=()
 [[ -n ${RTOL:-} ]] && tolerance+=(--rtol "$RTOL")
 [[ -n ${ATOL:-} ]] && tolerance+=(--atol "$ATOL")
+[[ -n ${PRECISION:-} ]] && tolerance+=(--precision "$PRECISION")
 dims=()
 for dim in ${FIX_DIMS:-}; do dims+=(--fix-dim "$dim"); done
 

@@ -97,7 +97,7 @@ class Criterion:
         return dataclasses.asdict(self)  # every value is finite or None: RFC 8259
 
 
-# Today's verify tolerance (options.Tolerance): fp32 EPs, release gate.
+# verify's element-by-element tolerance since ortcompile 0.1: fp32 EPs, release gate.
 FP32_VERIFY = Criterion("tolerance", "fp32", "verify", rtol=1e-3, atol=1e-4)
 # fp16 EPs (QNN HTP), release gate. Calibrated on the real-model corpus (13 models, 7 input sets each: realistic,
 # uniform, normal; 282 correct runs) against 1 KiB byte flips in the QNN blob: correct outputs had SNR >= 26.2 dB
