@@ -28,7 +28,7 @@ from ortcompile.compile.graphpass import GraphSummary, write_graph
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.compile.worker import Worker
+from ortcompile.compile.worker import Worker, fresh_worker
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, VerificationFailed, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
@@ -62,8 +62,10 @@ def compile_model(
         if current is not None:
             return current
         options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
-    job = CompileJob.plan(Path(source_path), Path(output_dir), options, reporter)
-    return job.run()
+    with Workers(native_output_shown(), reporter) as workers:
+        workers.start()  # its imports overlap with reading the model and resolving the EP
+        job = CompileJob.plan(Path(source_path), Path(output_dir), options, reporter)
+        return job.run(workers)
 
 
 def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions | None = None,
@@ -165,14 +167,17 @@ class CompileJob:
     def compiles(self) -> bool:
         return self.ep.info.compiles
 
-    def worker(self) -> Worker:
-        return Worker(f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime", self.reporter, native_output_shown())
+    @property
+    def worker_label(self) -> str:
+        """Who a crash in the worker child is blamed on."""
+        return f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime"
 
-    def run(self) -> CompileResult:
+    def run(self, workers: Workers) -> CompileResult:
         digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
+        workers.label = self.worker_label
         try:
             digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
-            with Staging(self.output_dir) as staging, Workers(self) as workers:
+            with Staging(self.output_dir) as staging:
                 built = self.build(staging.path, workers)
                 return finish([built], staging, workers, [digest])[0]
         except BaseException:
@@ -325,15 +330,20 @@ class CompileJob:
 
 
 class Workers:
-    """The worker child of a compile, started when first needed (pass-through compiles may need none)."""
+    """The worker child of a compile (or of a batch that must share one): started early, or when first needed."""
 
-    def __init__(self, job: CompileJob) -> None:
-        self._job = job
+    def __init__(self, verbose: bool, reporter: Reporter, label: str = "the EP") -> None:
+        self.verbose, self.reporter, self.label = verbose, reporter, label
         self._worker: Worker | None = None
 
-    def get(self) -> Worker:
+    def start(self) -> None:
         if self._worker is None:
-            self._worker = self._job.worker()
+            self._worker = fresh_worker(self.label, self.reporter, self.verbose)
+
+    def get(self) -> Worker:
+        self.start()
+        assert self._worker is not None
+        self._worker.label = self.label
         return self._worker
 
     def __enter__(self) -> Workers:

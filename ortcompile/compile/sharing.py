@@ -28,6 +28,7 @@ from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.errors import CompilationFailed, UsageError
 from ortcompile.naming import strip_onnx
+from ortcompile.native import native_output_shown
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import WrittenFile, digest_inputs_in_background, hash_and_sync
 from ortcompile.output.publish import Staging, remove_created_dirs
@@ -86,7 +87,8 @@ def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileRe
     models = [job.names.model for job in jobs]
     if len(set(models)) != len(models):
         raise UsageError(f"--share-weights: two models would both be named {next(m for m in models if models.count(m) > 1)}")
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, Workers(jobs[0]) as workers:
+    workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].worker_label)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, workers:
         digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
         shared_name = f"{strip_onnx(jobs[0].source.path.name)}_shared"
         steps = [job.step(staging.path, _sharing_config(job, last=(i == len(jobs) - 1))) for i, job in enumerate(jobs)]

@@ -15,6 +15,7 @@ progress events (stages, bytes written) back for the parent's reporter to render
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import os
 import signal
@@ -36,11 +37,16 @@ class WorkerCrashed(CompilationFailed):
 
 
 class Worker:
-    """A child process that runs module-level functions: `worker.call(func, *args, doing="compiling x")`."""
+    """A child process that runs module-level functions: `worker.call(func, *args, doing="compiling x")`.
 
-    def __init__(self, label: str, reporter: Reporter | None = None, verbose: bool = False) -> None:
+    It starts importing onnxruntime, onnx and numpy at once, so a worker started before the parent's own
+    planning is ready by the time it is needed.
+    """
+
+    def __init__(self, label: str = "the EP", reporter: Reporter | None = None, verbose: bool = False) -> None:
         self.label = label  # who might crash, for the message: "the QNN EP"
         self.reporter = reporter or SilentReporter()
+        self.verbose = verbose
         # A plain interpreter that imports only ortcompile: not multiprocessing's spawn, which re-runs the
         # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
         from_parent, to_child = os.pipe()
@@ -117,6 +123,10 @@ class Worker:
             self._process.wait()
         self._conn.close()
 
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
     def __enter__(self) -> Worker:
         return self
 
@@ -173,6 +183,37 @@ class _Duplex:
         self._writer.close()
 
 
+_spare: Worker | None = None  # a fresh, unused worker kept warm for the next compile of this process
+_started = 0
+
+
+def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
+    """A worker that has run nothing yet: the warm spare when there is one, else a new one.
+
+    From the second worker a process asks for (a batch, a test suite, a service compiling many models), a spare
+    is started right away for the next request, so each compile finds its worker's imports already done. A
+    spare is never reused after a call: every compile still gets a fresh EP state.
+    """
+    global _spare, _started
+    worker, _spare = _spare, None
+    if worker is None or not worker.alive or worker.verbose != verbose:
+        if worker is not None:
+            worker.kill()
+        worker = Worker(verbose=verbose)
+    _started += 1
+    if _started > 1:
+        _spare = Worker(verbose=verbose)
+        if _started == 2:
+            atexit.register(_kill_spare)
+    worker.label, worker.reporter = label, reporter or SilentReporter()
+    return worker
+
+
+def _kill_spare() -> None:
+    if _spare is not None:
+        _spare.kill()
+
+
 def main() -> None:
     """The child's entry point: `python -c "...main()" READ_FD WRITE_FD PARENT_PID VERBOSE`."""
     read_fd, write_fd, parent_pid, verbose = (int(a) for a in sys.argv[1:5])
@@ -187,6 +228,10 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     from ortcompile.native import set_ort_log_level
 
     set_ort_log_level(verbose)
+    import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
+    import onnx  # noqa: F401
+    import onnxruntime  # noqa: F401
+
     reporter = _PipeReporter(conn)
     while True:
         try:

@@ -131,10 +131,10 @@ def verify_model(
 
 
 def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
-    from ortcompile.compile.worker import Worker
+    from ortcompile.compile.worker import fresh_worker
     from ortcompile.native import native_output_shown
 
-    with Worker(f"the {resolved.info.short_name} EP", verbose=native_output_shown()) as worker:
+    with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
         return worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
 
 
