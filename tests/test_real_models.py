@@ -111,8 +111,8 @@ def _assert_compiled(row: Row, model: corpus.CorpusModel, result: dict[str, Any]
     want = dict(zip(names, reference.run(names, _for(reference, feeds))))
     failures = [c.to_json() for c in (compare_output(n, got[n], want[n], criterion) for n in names) if not c.ok]
     assert not failures, failures
-    if row.ep == "cpu":  # pass-through re-lays the weights, nothing else: bit-identical outputs
-        assert all(np.array_equal(got[n], want[n], equal_nan=True) for n in names)
+    if row.ep == "cpu" and "--fix-" not in row.command:  # re-laid weights, the graph as it was: bit-identical outputs
+        assert all(np.array_equal(got[n], want[n], equal_nan=True) for n in names)  # (pinned shapes may pick other kernels)
 
 
 def _for(session: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
