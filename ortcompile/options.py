@@ -18,6 +18,15 @@ CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first
 
 
 @dataclass(frozen=True)
+class PartitionOptions:
+    """`--partition`: compile the model as parts, each in its own worker child, and stitch them (compile/parts.py)."""
+
+    budget: int | None = None  # bytes of weights per part; None: auto (--max-context-size, else the EP's graph size limit)
+    jobs: int | None = None  # parts compiled at once; None: the CPU count
+    memory_budget: int | None = None  # bytes of RSS the running parts may use together; None: what is available now
+
+
+@dataclass(frozen=True)
 class CompileOptions:
     ep: str = "auto"
     ep_options: dict[str, str] = field(default_factory=dict)
@@ -35,6 +44,8 @@ class CompileOptions:
     check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
     inputs: dict[str, Any] = field(default_factory=dict)  # input name -> readback.given.Given: for the check and --verify
     freeze: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the compiled model is specialized on
+    partition: PartitionOptions | None = None  # --partition: compile as parts (None: the whole model at once)
+    max_context_size: int | None = None  # --max-context-size: largest EP graph (with --partition auto: the part budget)
     target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
     ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
 
@@ -57,6 +68,7 @@ class CompileOptions:
             "share_weights": self.share_weights,
             "prepare": self.prepare and compiles,  # only a compiling EP's input is prepared
             **({"freeze": dict(sorted(self.freeze.items()))} if self.freeze else {}),
+            **({"partition": {"budget": self.partition.budget, "max_context_size": self.max_context_size}} if self.partition else {}),
             **({"target": self.target} if self.target else {}),
         }  # verify and check settings are left out: they do not change a byte of the output
 
@@ -81,6 +93,7 @@ class CompileResult:
     peak_rss_by_stage: dict[str, int] = field(default_factory=dict)  # compile (this process or the worker), check
     prepare: dict[str, Any] | None = None  # what the prepare step did (PrepareSummary), None when it did not run
     check: dict[str, Any] | None = None  # the pre-publish check's report (CheckReport.to_json)
+    parts: dict[str, Any] | None = None  # --partition: the budget and each part's outcome
 
     @classmethod
     def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
@@ -116,5 +129,6 @@ class CompileResult:
             "peak_rss_by_stage": self.peak_rss_by_stage,
             "prepare": self.prepare,
             "check": self.check,
+            "parts": self.parts,
             "up_to_date": self.up_to_date,
         }

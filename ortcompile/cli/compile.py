@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import ByteSize, KeyValue, criterion_options, criterion_settings, given_inputs, input_options, pairs
+from ortcompile.cli.params import ByteSize, criterion_options, criterion_settings, given_inputs, input_options
+from ortcompile.cli.shaping import shaping_options, shaping_to_options, take_shaping
 from ortcompile.errors import UsageError
 
 if TYPE_CHECKING:
@@ -18,27 +19,9 @@ if TYPE_CHECKING:
 @click.command("compile")
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the compiled model and its files.")
-@click.option("--ep", default="auto", show_default=True, help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name.")
-@click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_performance_mode=burst"), help="Provider option (repeatable).")
-@click.option("--target", default=None, help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets').")
-@click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
-              help="Register this plugin EP library (a shared library) under the EP name given with --ep.")
-@click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto.")
-@click.option("--align", type=ByteSize(), default="4096", show_default=True, help="Offset alignment of large initializers in the data file.")
-@click.option("--align-threshold", type=ByteSize(), default="1MiB", show_default=True,
-              help="Initializers at least this big get --align; smaller ones natural alignment.")
-@click.option("--shard-size", type=ByteSize(), default=None, help="Split external data into files of at most this size (.data, .data.1, ...).")
-@click.option("--embed", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-              help="Embed EP blobs in the model (auto: only small ones).")
-@click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), help="Pin a symbolic dimension (repeatable).")
-@click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable).")
-@click.option("--freeze", "freeze", multiple=True, type=KeyValue("sr=16000", "INPUT=VALUE"),
-              help="Specialize the model on an input's value (an If switching on it is decided at compile time; repeatable).")
-@click.option("--prepare/--no-prepare", default=True, show_default=True,
-              help="Compiling EPs: pin the dims in the graph and fold constants (ORT basic optimization) before the EP sees it.")
-@click.option("--check", "check_mode", type=click.Choice(["none", "load", "run"]), default="run", show_default=True,
-              help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source.")
-@click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs].")
+@shaping_options
+@click.option("--jobs", type=click.IntRange(min=1), default=None, help="With --partition: parts compiled at once [default: CPU count, within --memory-budget].")
+@click.option("--memory-budget", type=ByteSize(), default=None, help="With --partition: RSS the running parts may use together [default: available memory].")
 @click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
 @click.option("--share-weights", is_flag=True, help="Batch: store identical weights once and share the EP context across the models.")
 @click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
@@ -47,39 +30,22 @@ if TYPE_CHECKING:
 @input_options(with_dims=False)
 @criterion_options
 @output_options
-def command(models: tuple[str, ...], output_dir: str, ep: str, ep_options: tuple[tuple[str, str], ...], target: str | None,
-            ep_library: str | None, inline_threshold: int, align: int,
-            align_threshold: int, shard_size: int | None, embed: str, fix_dims: tuple[tuple[str, str], ...], fix_shapes: tuple[str, ...],
-            freeze: tuple[tuple[str, str], ...], prepare: bool, check_mode: str, require_compiled: bool | None, force: bool, share_weights: bool, if_changed: bool,
-            depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
-            **criterion: Any) -> None:
+def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_budget: int | None, force: bool, share_weights: bool,
+            if_changed: bool, depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
+            **rest: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
-    from ortcompile.compile.freeze import parse_freeze
-    from ortcompile.compile.layout import LayoutPolicy
-    from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
     from ortcompile.native import set_ort_log_level
-    from ortcompile.options import CompileOptions
 
     out = current()
     set_ort_log_level(out.verbose)
-    options = CompileOptions(
-        ep=ep,
-        ep_options=pairs(ep_options),
-        layout=LayoutPolicy(inline_threshold, align, align_threshold, shard_size),
-        embed=embed,  # type: ignore[arg-type]
-        fix_dims=parse_fix_dims(fix_dims),
-        fix_shapes=parse_fix_shapes(fix_shapes),
-        require_compiled=require_compiled,
+    shaping = take_shaping(rest)
+    options = shaping_to_options(
+        shaping, jobs, memory_budget,
         force=force,
         verify=verify,
-        verify_criterion=_verify_criterion(verify, precision, criterion_settings(criterion)),
+        verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
         inputs=given_inputs(input_args, inputs_file),
         if_changed=if_changed,
-        prepare=prepare,
-        freeze=parse_freeze(freeze),
-        check=check_mode,  # type: ignore[arg-type]
-        target=target,
-        ep_library=ep_library,
     )
     if share_weights:
         from ortcompile.compile.sharing import compile_shared

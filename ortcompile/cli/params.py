@@ -26,6 +26,20 @@ class ByteSize(click.ParamType):
         return int(match.group(1)) * _SIZE_UNITS[unit]
 
 
+class PartitionSize(ByteSize):
+    """`auto` (0: the EP's graph size limit, or --max-context-size) or the bytes of weights per part."""
+
+    name = "auto|SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if str(value).strip().lower() == "auto":
+            return 0
+        size = super().convert(value, param, ctx)
+        if size <= 0:
+            self.fail("a part must hold a positive size of weights", param, ctx)
+        return size
+
+
 class KeyValue(click.ParamType):
     """KEY=VALUE, returned as a (key, value) pair; the key must not be empty. `example` shows the form in errors."""
 

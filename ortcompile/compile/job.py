@@ -12,7 +12,6 @@ weight-sharing batch: nothing reaches the output directory unless every step bef
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import os
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
-from ortcompile.compile.graphpass import GraphSummary, write_graph
+from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
@@ -33,12 +32,11 @@ from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarn
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import InputDigest, WrittenFile, digest_inputs_in_background, hash_and_sync
-from ortcompile.output.incremental import why_not_up_to_date, write_stamp
-from ortcompile.output.manifest import Manifest, Versions, file_entries
-from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
+from ortcompile.output.digest import InputDigest, digest_inputs_in_background
+from ortcompile.output.incremental import why_not_up_to_date
+from ortcompile.output.manifest import Manifest, file_entries
+from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.version import __version__
 
 # Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
@@ -46,7 +44,7 @@ QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMa
 
 # EPs whose outputs this machine cannot load even when they are right: QNN's x86 HTP simulator segfaults
 # on a context shared by several models (measured with onnxruntime-qnn 2.7.0).
-_SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
+SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
 
 
 def compile_model(
@@ -103,16 +101,6 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
 
 
 @dataclass
-class Built:
-    """What the passes left in the staging directory for one model."""
-
-    job: CompileJob
-    files: list[tuple[WrittenFile, str]]  # (file, role), the model first
-    graph: GraphSummary
-    step: EpStepOutput
-
-
-@dataclass
 class CompileJob:
     """One model's compile: everything decided up front, then run into a staging directory."""
 
@@ -129,43 +117,33 @@ class CompileJob:
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)  # peak RSS by stage: compile, check
     check_report: dict[str, Any] | None = None  # the pre-publish check's full report, for the result
+    digest: Future[InputDigest] | None = None  # the input digest, computed in the background while the passes run
 
     @classmethod
     def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
         """Every check that can fail before work starts: input, EP, shapes, destination."""
         clock = time.perf_counter()
         reporter.stage("reading model")
-        source = read_source(source_path)
-        ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
-        prepares = ep.info.compiles and options.prepare
-        # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
-        # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
-        pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
-        if options.freeze and ep.info.compiles and not options.prepare:
-            raise UsageError("--freeze specializes the model in the prepare step: drop --no-prepare")
-        if ep.info.compiles and _needs_static_shapes(ep):
-            require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
-        require = ep.info.compiles if options.require_compiled is None else options.require_compiled
+        source, ep, pins, require = plan_source(source_path, options)
         names = OutputNames.for_source(source.path)
-        created = prepare_output_dir(output_dir)
-        try:
-            check_destination(output_dir, names, options.force, [source.path, *source.external_files])
-        except BaseException:
-            remove_created_dirs(created)
-            raise
-        with directory_lock(output_dir):  # never beside another process's publish (it recovers under the lock too)
-            for stale in remove_stale_stages(output_dir):
-                reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
+        created = open_destination(output_dir, names, options.force, [source.path, *source.external_files], reporter)
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
-        request = EpRequest(options.ep, options.ep_options, options.target, options.ep_library)
-        job = cls(source, ep, request, output_dir, names, options, pins, require, reporter, created)
+        job = cls(source, ep, ep_request(options), output_dir, names, options, pins, require, reporter, created)
         job.timings["read"] = time.perf_counter() - clock
         return job
 
     @property
     def compiles(self) -> bool:
         return self.ep.info.compiles
+
+    @property
+    def inputs(self) -> list[Path]:
+        return [self.source.path, *self.source.external_files]
+
+    @property
+    def stamp_source(self) -> Path:
+        return self.source.path
 
     @property
     def worker_label(self) -> str:
@@ -176,7 +154,7 @@ class CompileJob:
         digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
         workers.label = self.worker_label
         try:
-            digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
+            digest = self.digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
             with Staging(self.output_dir) as staging:
                 built = self.build(staging.path, workers)
                 return finish([built], staging, workers, [digest])[0]
@@ -191,10 +169,13 @@ class CompileJob:
                       self.compiles and self.options.prepare, self.require_compiled, session_config or {}, dict(self.options.freeze))
 
     def build(self, staging_dir: Path, workers: Workers) -> Built:
-        """Passes 1 and 2 into the staging directory."""
+        """Passes 1 and 2 into the staging directory (--partition: split, compile the parts, stitch)."""
         try:
-            step = self.ep_step(self.step(staging_dir), workers)
-            return self.graph_pass(staging_dir, step, workers)
+            if self.options.partition is not None:
+                from ortcompile.compile.parts import partitioned_build
+
+                return partitioned_build(self, staging_dir)
+            return self.graph_pass(staging_dir, self.ep_step(self.step(staging_dir), workers), workers)
         except OSError as exc:  # a staged write failed (the input was read and checked before): disk full, quota...
             raise output_error(exc, f"outputs in {self.output_dir}") from exc
         finally:
@@ -232,43 +213,25 @@ class CompileJob:
         """Pass 2: the small graph proto, finished and written on its own; then the EP's blob files, hashed and synced."""
         clock = time.perf_counter()
         self.reporter.stage("writing graph")
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            model_file, graph = write_graph(step.graph_proto, staging_dir, self.names.model, embed or self.options.embed, pool, blobs_pending)
+        files, graph = stage_graph(step, staging_dir, self.names.model, embed or self.options.embed, blobs_pending)
         if self.compiles and graph.epcontext_nodes == 0:
             starts = None if self.require_compiled else workers.get().call(ep_starts, self.request, doing="starting the EP on a one-node model")
             if self.require_compiled or not starts:
                 raise self.explain_nothing_compiled(NothingCompiled("nothing compiled", ep_starts=starts))
             warnings.warn(f"{self.source.path.name}: {self.ep.info.short_name} compiled no nodes (--allow-partial): "
                           "the output runs entirely on the CPU EP", OrtCompileWarning, stacklevel=2)
-        # Only the blobs the graph names are outputs: anything else an EP left in the stage is not published.
-        blobs = [] if blobs_pending else [hash_and_sync(staging_dir / name) for name in graph.blob_names]
         self.timings["graph_pass"] = time.perf_counter() - clock
-        files = [(model_file, "model"), *((f, "data") for f in step.data_files), *((f, "ep_context") for f in blobs)]
         return Built(self, files, graph, step)
 
     # ---------------------------------------------------------------- finishing (single model and batches)
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
         """The pre-publish check in the worker child; raise when the output would not load or run."""
-        from ortcompile.readback import check
-        from ortcompile.readback.parity import run_parity
-
-        mode = self.options.check
-        if mode == "none":
-            return {"mode": "none", "passed": None}
-        clock = time.perf_counter()
-        worker = workers.get()
-        self.reporter.stage(f"checking {self.names.model}: {'load and run' if mode == 'run' else 'load'} on {self.ep.info.short_name}")
-        request = check.check_request(staging_dir / self.names.model, self.source.path.absolute(), self.request, mode,
-                                      ep_precision(self.ep, self.source), self.pins.named, self.given_inputs())
-        report = worker.call(run_parity, request, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {self.names.model}")
-        self.timings["check"] = time.perf_counter() - clock
-        self.peaks["check"] = worker.peak_rss_bytes
-        self.check_report = check.to_json(report)
-        if not report.ok:
-            raise CompilationFailed(f"{self.source.path.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
-        self.reporter.detail(check.describe_ok(report))
-        return check.record(report)
+        outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, self.options.check,
+                            ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter)
+        if outcome.report is not None:
+            self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
+        return outcome.record
 
     def given_inputs(self) -> dict[str, Any]:
         """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
@@ -286,7 +249,7 @@ class CompileJob:
             input_files=digest.input_files,
             versions=versions(self.ep),
             options=self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles),
-            nodes=node_counts(self.source, built.graph),
+            nodes=node_counts(self.source.op_counts, built.graph),
             initializers={"external": built.step.external_count, "inline": built.step.inline_count},
             prepare=prepare,
             check=check,
@@ -329,6 +292,26 @@ class CompileJob:
         )
 
 
+def plan_source(source_path: Path, options: CompileOptions) -> tuple[SourceModel, eps.ResolvedEp, Pins, bool]:
+    """Read and check the source against the options: the model, its EP, the pinned dims, whether the EP must compile."""
+    source = read_source(source_path)
+    ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
+    prepares = ep.info.compiles and options.prepare
+    # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
+    # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
+    pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
+    if options.freeze and ep.info.compiles and not options.prepare:
+        raise UsageError("--freeze specializes the model in the prepare step: drop --no-prepare")
+    if ep.info.compiles and _needs_static_shapes(ep):
+        require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
+    require = ep.info.compiles if options.require_compiled is None else options.require_compiled
+    return source, ep, pins, require
+
+
+def ep_request(options: CompileOptions) -> EpRequest:
+    return EpRequest(options.ep, options.ep_options, options.target, options.ep_library)
+
+
 class Workers:
     """The worker child of a compile (or of a batch that must share one): started early, or when first needed."""
 
@@ -354,74 +337,12 @@ class Workers:
             self._worker.__exit__(*exc_info)
 
 
-def finish(builds: list[Built], staging: Staging, workers: Workers, digests: list[Future[InputDigest]],
-           shared: set[str] | None = None, shares_context: bool = False) -> list[CompileResult]:
-    """check -> manifest -> verify -> publish -> stamp, for one model or a whole batch (published together)."""
-    first = builds[0].job
-    unchecked = _SHARED_CONTEXT_UNLOADABLE.get(first.ep.name) if shares_context and first.options.check != "none" else None
-    if unchecked:
-        warnings.warn(f"{', '.join(b.job.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
-    manifests = []
-    for built, digest in zip(builds, digests):
-        job = built.job
-        check = {"mode": "none", "passed": None, "reason": unchecked} if unchecked else job.check(staging.path, workers)
-        manifest = job.manifest(built, digest.result(), check, shared)
-        _write_staged(staging.path / job.names.manifest, manifest.to_bytes())
-        manifests.append(manifest)
-    if first.options.verify:  # every model of the batch, before anything is published
-        for built in builds:
-            built.job.verify(staging.path / built.job.names.model)
-    clock = time.perf_counter()
-    first.reporter.stage("publishing")
-    staging.publish(_publish_order(builds), [b.job.names for b in builds], first.options.force,
-                    [p for b in builds for p in (b.job.source.path, *b.job.source.external_files)])
-    results = []
-    for built, manifest, digest in zip(builds, manifests, digests):
-        built.job.timings["publish"] = time.perf_counter() - clock
-        write_stamp(built.job.output_dir, built.job.names, built.job.source.path, digest.result())
-        built.job.reporter.stage(f"wrote {built.job.output_dir / built.job.names.model}")
-        results.append(built.job.result(built, manifest))
-    return results
-
-
-def _publish_order(builds: list[Built]) -> list[str]:
-    """Data and blobs first, the models after them, the manifests last: a model never points at missing bytes."""
-    rest = sorted({f.name for b in builds for f, role in b.files if role != "model"})
-    return [*rest, *(b.job.names.model for b in builds), *(b.job.names.manifest for b in builds)]
-
-
-def _write_staged(path: Path, content: bytes) -> None:
-    try:
-        with open(path, "xb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
-    except OSError as exc:
-        raise output_error(exc, path.name) from exc
-
-
-def node_counts(source: SourceModel, graph: GraphSummary) -> dict[str, Any]:
-    """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
-    compiled = collections.Counter(source.op_counts)
-    compiled.subtract(graph.remaining_ops)
-    return {
-        "epcontext": graph.epcontext_nodes,
-        "compiled_ops": {op: n for op, n in sorted(compiled.items()) if n > 0},
-        "remaining_ops": graph.remaining_ops,
-    }
-
-
-def versions(ep: eps.ResolvedEp) -> Versions:
-    import onnxruntime as ort
-
-    return Versions(__version__, ort.__version__, ep.name, ep.version)
-
-
-def ep_precision(ep: eps.ResolvedEp, source: SourceModel | None = None) -> str:
+def ep_precision(ep: eps.ResolvedEp, source: SourceModel | None = None, *, op_counts: dict[str, int] | None = None) -> str:
     """The precision the EP computes in, which decides how its outputs are judged: the catalog's, except that a
     quantized (QDQ / integer-op) model on an EP that does not compute in fp32 is judged as quantized."""
     precision = ep.info.precision or "fp32"
-    if source is not None and precision != "fp32" and source.op_counts.keys() & QUANTIZED_OPS:
+    ops = op_counts if op_counts is not None else (source.op_counts if source is not None else {})
+    if precision != "fp32" and ops.keys() & QUANTIZED_OPS:
         return "quantized"
     return precision
 

@@ -39,10 +39,14 @@ def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline |
         freeze_inputs(model, frozen)
     if pins is not None:
         apply_pins(model, pins)
+    return relayout_model(model, model_dir(source.path), data_pass, keep_inline)
+
+
+def relayout_model(model: Any, base: Path, data_pass: DataPass, keep_inline: KeepInline | None = None) -> bytes:
+    """`model` (its external data relative to `base`) with its large tensors moved into the data pass's files."""
     keep = keep_inline or (lambda graph, name: False)
     if model.ir_version >= 4:  # older IRs list initializers among the graph inputs: leave their Constants be
         _constants_to_initializers(model, data_pass.layout.policy.inline_threshold, keep)
-    base = model_dir(source.path)
     sites = sorted(iter_initializers(model), key=lambda s: (s.graph != "", s.graph, s.name))  # main graph first, then by name
     with _SourceFiles(base) as files:
         for site in sites:

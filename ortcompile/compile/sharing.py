@@ -23,7 +23,8 @@ from pathlib import Path
 
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpStep, EpStepOutput, run_ep_step, run_relayout
-from ortcompile.compile.job import Built, CompileJob, Workers, finish
+from ortcompile.compile.finish import Built, finish
+from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob, Workers
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.errors import CompilationFailed, UsageError
@@ -103,7 +104,8 @@ def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileRe
         jobs[0].reporter.detail(f"shared weights: {reused} bytes stored once instead of again")
         builds = [job.graph_pass(staging.path, out, workers, embed="never", blobs_pending=True) for job, out in zip(jobs, outputs)]
         shared = _attach_files(builds, {f.name: f for f in data_files}, staging.path)
-        return finish(builds, staging, workers, digests, shared=shared, shares_context=jobs[0].compiles)
+        unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].ep.name) if jobs[0].compiles else None
+        return finish(builds, staging, workers, digests, shared=shared, unchecked=unchecked)
 
 
 def _sharing_config(job: CompileJob, last: bool) -> dict[str, str]:

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -69,6 +70,9 @@ class Worker:
             raise self._crashed(doing) from None
         while True:
             if not self._conn.poll(_POLL_SECONDS):
+                if _cancelled.is_set():
+                    self.kill()
+                    raise CompilationFailed(f"cancelled while {doing}")
                 if self._process.poll() is not None and not self._conn.poll(0):
                     raise self._crashed(doing)
                 self.reporter.tick()
@@ -185,6 +189,17 @@ class _Duplex:
 
 _spare: Worker | None = None  # a fresh, unused worker kept warm for the next compile of this process
 _started = 0
+_spare_lock = threading.Lock()  # parts of a --partition compile ask for workers from several threads
+_cancelled = threading.Event()  # set by cancel_all: every waiting call kills its child and raises
+
+
+def cancel_all() -> None:
+    """Stop every worker call in this process (another part failed, or the user interrupted): children are killed."""
+    _cancelled.set()
+
+
+def reset_cancel() -> None:
+    _cancelled.clear()
 
 
 def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
@@ -194,6 +209,11 @@ def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker
     is started right away for the next request, so each compile finds its worker's imports already done. A
     spare is never reused after a call: every compile still gets a fresh EP state.
     """
+    with _spare_lock:
+        return _take_worker(label, reporter, verbose)
+
+
+def _take_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
     global _spare, _started
     worker, _spare = _spare, None
     if worker is None or not worker.alive or worker.verbose != verbose:

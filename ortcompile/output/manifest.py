@@ -70,6 +70,7 @@ class Manifest:
     prepare: dict[str, Any] | None = None  # what the prepare step did to the graph before the EP saw it
     check: dict[str, Any] | None = None  # what the pre-publish check proved (mode, result)
     target: dict[str, Any] | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
+    parts: tuple[dict[str, Any], ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py)
 
     # ---------------------------------------------------------------- reading
 
@@ -116,6 +117,7 @@ class Manifest:
             prepare=document.get("prepare"),
             check=document.get("check"),
             target=document.get("target"),
+            parts=tuple(_list(document["parts"], "parts")) if document.get("parts") is not None else None,
         )
 
     # ---------------------------------------------------------------- questions readers ask
@@ -163,6 +165,8 @@ class Manifest:
             document["check"] = self.check
         if self.target is not None:
             document["target"] = self.target
+        if self.parts is not None:
+            document["parts"] = list(self.parts)
         return document
 
     def to_bytes(self) -> bytes:

@@ -1,0 +1,43 @@
+"""`ortcompile split`: a model as parts that compile on their own (on any machine), and a Make fragment that does it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ortcompile.cli.output import current, output_options
+from ortcompile.cli.shaping import shaping_options, shaping_to_options, take_shaping
+from ortcompile.errors import UsageError
+
+
+@click.command("split", short_help="Write a model as parts that compile on their own, with a Make fragment.")
+@click.argument("model", type=click.Path(dir_okay=False, path_type=str))
+@click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the parts, the plan and the Make fragment.")
+@shaping_options
+@click.option("--stitch-output", default="out", show_default=True, help="Where the Make fragment's stitch writes the compiled model.")
+@click.option("--force", is_flag=True, help="Replace an earlier split of the same model.")
+@output_options
+def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest: Any) -> None:
+    """Split MODEL into parts of at most --partition bytes of weights (auto: the EP's graph limit) in OUTPUT_DIR.
+
+    Each part is a standalone model: compile it with the same options ('ortcompile compile PART -o DIR ...'),
+    then join them with 'ortcompile stitch OUTPUT_DIR/<stem>.parts.json --parts DIR -o OUT'. The result is
+    byte-identical to 'ortcompile compile MODEL --partition ...'. OUTPUT_DIR/<stem>.parts.mk does all of it:
+    'make -f OUTPUT_DIR/<stem>.parts.mk -j N'.
+    """
+    from ortcompile.compile.split import plan_file_name, split_to
+
+    out = current()
+    shaping = take_shaping(rest)
+    if shaping["partition"] is None and shaping["max_context_size"] is None:
+        shaping["partition"] = 0  # auto
+    options = shaping_to_options(shaping, force=force)
+    if options.partition is None:
+        raise UsageError("split needs --partition SIZE|auto or --max-context-size")
+    result = split_to(model, output_dir, options, stitch_output, out.reporter())
+    parts = [{"model": str(result.directory / name), "weight_bytes": spec.weight_bytes, "inputs": list(spec.inputs), "outputs": list(spec.outputs)}
+             for name, spec in zip(result.parts, result.plan.parts)]
+    out.result({"plan": str(result.plan_file), "budget_bytes": result.plan.budget, "parts": parts,
+                "make_fragment": str(result.directory / f"{result.stem}.parts.mk")},
+               [f"{result.directory / plan_file_name(result.stem)}: {len(result.parts)} parts of at most {result.plan.budget} bytes of weights"])

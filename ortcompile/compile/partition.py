@@ -1,0 +1,133 @@
+"""Where to cut a model into parts that compile one at a time (the plan of `--partition` and `ortcompile split`).
+
+Memory, not protobuf, sets the ceiling of a whole-model compile: QNN peaks at ~3.9x what it compiles, and one HTP
+graph over ~2 GB fails to finalize. So the main graph's nodes (already in topological order) are cut into
+contiguous parts whose weights stay under a budget. Each cut is placed where the fewest activations cross it
+(between transformer layers: one or two tensors), looking back from the point where the budget is reached over
+the last half of the part. A node whose weights alone exceed the budget gets a part of its own.
+
+A part reads graph inputs and tensors of earlier parts (its inputs), the initializers its nodes (and their
+subgraphs) read, and hands on what later parts or the graph outputs need (its outputs). Weights read by two parts
+are listed in both: each part must compile on its own; the stitched model stores them once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ortcompile.errors import UsageError
+
+MIN_FILL = 0.5  # a cut is looked for once a part holds this share of the budget
+
+
+@dataclass(frozen=True)
+class PartSpec:
+    index: int
+    start: int  # first main-graph node (index in graph order)
+    stop: int  # one past the last
+    inputs: tuple[str, ...]  # graph inputs and earlier parts' tensors it reads, in first-read order
+    outputs: tuple[str, ...]  # tensors later parts or the graph outputs need, in production order
+    initializers: tuple[str, ...]  # weights its nodes read
+    weight_bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "nodes": [self.start, self.stop], "inputs": list(self.inputs), "outputs": list(self.outputs),
+                "initializers": len(self.initializers), "weight_bytes": self.weight_bytes}
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    budget: int
+    parts: tuple[PartSpec, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"budget_bytes": self.budget, "parts": [p.to_json() for p in self.parts]}
+
+
+def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> PartitionPlan:
+    """Cut `model`'s main graph into parts of at most `budget` bytes of weights each (see the module docstring)."""
+    if budget <= 0:
+        raise UsageError("the partition budget must be a positive size")
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    reads = [sorted(node_reads(n) - {""}) for n in graph.node]
+    node_weights = [{name for name in r if name in initializers} for r in reads]
+    live = _live_counts(graph, reads, initializers)
+    cuts, start, held = [], 0, set()
+    for index, weights in enumerate(node_weights):
+        if index > start and _bytes(held | weights, weight_bytes) > budget:
+            cut = _best_cut(start, index, node_weights, weight_bytes, budget, live)
+            cuts.append(cut)
+            start, held = cut, set().union(*node_weights[cut : index])
+        held |= weights
+    bounds = list(zip([0, *cuts], [*cuts, len(graph.node)]))
+    return PartitionPlan(budget, tuple(_part(k, a, b, graph, reads, node_weights, weight_bytes, initializers) for k, (a, b) in enumerate(bounds)))
+
+
+def node_reads(node: Any) -> set[str]:
+    """Everything a node reads: its inputs, and the outer-scope names its subgraphs read."""
+    names = set(node.input)
+    for attribute in node.attribute:
+        for subgraph in [attribute.g] if attribute.type == attribute.GRAPH else list(attribute.graphs):
+            names |= _outer_reads(subgraph)
+    return names
+
+
+def _outer_reads(graph: Any) -> set[str]:
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | {o for n in graph.node for o in n.output}
+    return set().union(*(node_reads(n) for n in graph.node)) - defined if graph.node else set()
+
+
+def _bytes(names: Iterable[str], weight_bytes: dict[str, int]) -> int:
+    return sum(weight_bytes.get(n, 0) for n in names)
+
+
+def _live_counts(graph: Any, reads: list[list[str]], initializers: set[str]) -> list[int]:
+    """live[i]: activations crossing a cut placed before node i (produced before it, read at or after it)."""
+    produced_at = {o: i for i, n in enumerate(graph.node) for o in n.output}
+    produced_at.update({g.name: -1 for g in graph.input if g.name not in initializers})
+    last_read: dict[str, int] = {}
+    for i, names in enumerate(reads):
+        for name in names:
+            if name in produced_at:
+                last_read[name] = i
+    delta = [0] * (len(graph.node) + 2)
+    for name, last in last_read.items():
+        first = produced_at[name] + 1
+        if first <= last:
+            delta[first] += 1
+            delta[last + 1] -= 1
+    live, running = [], 0
+    for i in range(len(graph.node) + 1):
+        running += delta[i]
+        live.append(running)
+    return live
+
+
+def _best_cut(start: int, end: int, node_weights: list[set[str]], weight_bytes: dict[str, int], budget: int, live: list[int]) -> int:
+    """The cut in (start, end] with the fewest crossing activations, among those leaving the part at least MIN_FILL
+    full (the latest on a tie, so parts stay as large as the budget allows)."""
+    held: set[str] = set()
+    candidates = []
+    for cut in range(start + 1, end + 1):
+        held |= node_weights[cut - 1]
+        if _bytes(held, weight_bytes) >= MIN_FILL * budget or cut == end:
+            candidates.append(cut)
+    return min(candidates, key=lambda c: (live[c], -c))
+
+
+def _part(index: int, start: int, stop: int, graph: Any, reads: list[list[str]], node_weights: list[set[str]],
+          weight_bytes: dict[str, int], initializers: set[str]) -> PartSpec:
+    produced_here = [o for n in graph.node[start:stop] for o in n.output if o]
+    produced_set = set(produced_here)
+    inputs: list[str] = []
+    for names in reads[start:stop]:
+        for name in names:
+            if name not in produced_set and name not in initializers and name not in inputs:
+                inputs.append(name)
+    needed_later = {name for names in reads[stop:] for name in names} | {o.name for o in graph.output}
+    outputs = [o for o in produced_here if o in needed_later]
+    weights = sorted(set().union(*node_weights[start:stop])) if stop > start else []
+    return PartSpec(index, start, stop, tuple(inputs), tuple(outputs), tuple(weights), _bytes(weights, weight_bytes))

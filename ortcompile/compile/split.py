@@ -1,0 +1,253 @@
+"""`ortcompile split` and the first step of `--partition`: a model written as parts that compile on their own.
+
+Each part is a standalone ONNX model with its own aligned data file (`<stem>.partNN.onnx` + `.data`): on one
+machine the parts compile one after another in child processes; in a build system each is one build step, on any
+machine. Beside them: `<stem>.skeleton.onnx` (the graph's interface and the types of the tensors between parts,
+no nodes, no weights) and `<stem>.parts.json` (the plan, the source's digest, the options), which `stitch` joins
+the compiled parts with; and `<stem>.parts.mk`, a Make fragment that builds the whole thing.
+
+Only the graph proto is parsed (weights stay where they are, copied inside the kernel into each part's data
+file), so splitting a model costs about its size in disk and little memory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compile.datapass import DataPass, FileSink
+from ortcompile.compile.freeze import freeze_inputs
+from ortcompile.compile.layout import DataLayout, LayoutPolicy
+from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
+from ortcompile.compile.relayout import relayout_model
+from ortcompile.compile.shapes import Pins, apply_pins, value_dims
+from ortcompile.compile.source import SourceModel
+from ortcompile.errors import CompilationFailed, output_error
+from ortcompile.naming import strip_onnx
+from ortcompile.onnxfacts import stored_nbytes
+from ortcompile.options import CompileOptions
+from ortcompile.paths import is_plain_name, model_dir
+from ortcompile.progress import Reporter, SilentReporter
+
+
+@dataclass(frozen=True)
+class SplitResult:
+    directory: Path
+    stem: str
+    plan: PartitionPlan
+    parts: list[str]  # part model file names, in order
+
+    @property
+    def plan_file(self) -> Path:
+        return self.directory / plan_file_name(self.stem)
+
+
+def part_name(stem: str, index: int) -> str:
+    return f"{stem}.part{index:02d}.onnx"
+
+
+def plan_file_name(stem: str) -> str:
+    return f"{stem}.parts.json"
+
+
+def skeleton_name(stem: str) -> str:
+    return f"{stem}.skeleton.onnx"
+
+
+def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
+                recorded: dict[str, Any]) -> SplitResult:
+    """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
+    plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...)."""
+    import onnx
+
+    from ortcompile.compile.stitch import write_plan
+
+    model = onnx.load_model(str(source.path), load_external_data=False)
+    if frozen:
+        freeze_inputs(model, frozen)
+    apply_pins(model, pins)
+    types = _value_types(model)
+    sizes = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
+    plan = plan_partition(model, sizes, budget)
+    stem = strip_onnx(source.path.name)
+    names = [part_name(stem, part.index) for part in plan.parts]
+    try:
+        for part, name in zip(plan.parts, names):
+            _write_part(_part_model(model, part, types), model_dir(source.path), out_dir, name, layout)
+        _write_bytes(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
+        write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
+                                                    "skeleton": skeleton_name(stem), "dims": pins.named})
+    except OSError as exc:
+        raise output_error(exc, f"the parts in {out_dir}") from exc
+    return SplitResult(out_dir, stem, plan, names)
+
+
+def _value_types(model: Any) -> dict[str, Any]:
+    """Every tensor's type after shape inference (with the pins in place): the parts' interfaces need them."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise CompilationFailed(f"cannot partition: ONNX shape inference fails on the model ({exc})") from exc
+    graph = inferred.graph
+    return {v.name: v for v in (*graph.value_info, *graph.input, *graph.output)}
+
+
+def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) -> list[Any]:
+    """Value infos for a part's inputs or outputs: known and static, or the split cannot work."""
+    infos = []
+    for name in names:
+        info = types.get(name)
+        dims = value_dims(info) if info is not None else []
+        if info is None or not info.type.tensor_type.HasField("shape") or any(not d.HasField("dim_value") for d in dims):
+            raise CompilationFailed(f"cannot partition at part {part.index}: tensor {name!r} between parts has no static shape after shape "
+                                    "inference; pin the model's dynamic dims (--fix-dim/--fix-shape)")
+        infos.append(info)
+    return infos
+
+
+def _part_model(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
+    import onnx
+    from onnx import helper
+
+    wanted = set(part.initializers)
+    initializers = [t for t in model.graph.initializer if t.name in wanted]
+    graph = helper.make_graph(list(model.graph.node[part.start : part.stop]), f"{model.graph.name}_part{part.index:02d}",
+                              _interface(part.inputs, types, part), _interface(part.outputs, types, part), initializers)
+    proto = onnx.ModelProto()
+    proto.CopyFrom(model)
+    proto.graph.CopyFrom(graph)
+    return proto
+
+
+def _skeleton(model: Any, plan: PartitionPlan, types: dict[str, Any]) -> Any:
+    """The model's interface and metadata, and the types of every tensor crossing a cut; no nodes, no weights."""
+    import onnx
+
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)
+    del skeleton.graph.node[:]
+    del skeleton.graph.initializer[:]
+    del skeleton.graph.value_info[:]
+    crossing = sorted({name for part in plan.parts for name in part.outputs} - {o.name for o in model.graph.output})
+    skeleton.graph.value_info.extend(types[name] for name in crossing if name in types)
+    return skeleton
+
+
+def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: LayoutPolicy) -> None:
+    data_pass = DataPass(FileSink(out_dir), name, DataLayout(layout))
+    try:
+        graph = relayout_model(model, base, data_pass)
+    except BaseException:
+        data_pass.abandon()
+        raise
+    data_pass.finish()
+    _write_bytes(out_dir / name, graph)
+
+
+def _write_bytes(path: Path, content: bytes) -> None:
+    with open(path, "xb") as stream:
+        stream.write(content)
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str = "out",
+             reporter: Reporter | None = None) -> SplitResult:
+    """`ortcompile split`: the parts of a model, its plan and a Make fragment, published into `out_dir` atomically.
+
+    `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
+    each part with them and stitches into `stitch_output`."""
+    from ortcompile.compile.job import plan_source
+    from ortcompile.compile.parts import part_budget, plan_record
+    from ortcompile.output.digest import digest_inputs
+    from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
+
+    reporter = reporter or SilentReporter()
+    reporter.stage("reading model")
+    source, ep, pins, require = plan_source(Path(source_path), options)
+    job = SplitJob(source, ep, options, require)
+    out = Path(out_dir)
+    created = prepare_output_dir(out)
+    try:
+        digest = digest_inputs(source.path.absolute(), source.external_files)
+        with Staging(out) as staging:
+            reporter.stage(f"splitting {source.path.name}")
+            staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(job, digest, out))
+            result = SplitResult(out, staged.stem, staged.plan, staged.parts)
+            _write_bytes(staging.path / fragment_name(result.stem), make_fragment(result, part_cli_args(options), stitch_output).encode())
+            files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
+            stale = _previous_split(out / plan_file_name(result.stem), files)
+            staging.publish(files, [], options.force, [source.path, *source.external_files])
+        for name in stale:
+            (out / name).unlink(missing_ok=True)
+    except BaseException:
+        remove_created_dirs(created)
+        raise
+    reporter.stage(f"wrote {len(result.parts)} parts to {out}")
+    return result
+
+
+@dataclass(frozen=True)
+class SplitJob:
+    """What the plan record needs of a split (the same questions a CompileJob answers)."""
+
+    source: SourceModel
+    ep: Any  # eps.ResolvedEp
+    options: CompileOptions
+    require_compiled: bool
+
+
+def _previous_split(plan: Path, files: list[str]) -> list[str]:
+    """Files of an earlier split of the same model that this one does not write again (removed after --force)."""
+    from ortcompile.compile.stitch import PartsPlan
+    from ortcompile.errors import InvalidModel
+
+    if not plan.is_file():
+        return []
+    try:
+        old = PartsPlan.load(plan)
+    except InvalidModel:
+        return []
+    named = [*old.parts, *(f"{p}.data" for p in old.parts)]
+    return [n for n in named if n not in files and is_plain_name(n)]
+
+
+def fragment_name(stem: str) -> str:
+    return f"{stem}.parts.mk"
+
+
+def part_cli_args(options: CompileOptions) -> list[str]:
+    """The `ortcompile compile` arguments that compile a part as `--partition` does (what shapes the output)."""
+    layout = options.layout
+    args = ["--ep", options.ep, *(a for k, v in sorted(options.ep_options.items()) for a in ("--ep-option", f"{k}={v}"))]
+    args += ["--target", options.target] if options.target else []
+    args += ["--ep-library", str(Path(options.ep_library).absolute())] if options.ep_library else []
+    args += ["--inline-threshold", str(layout.inline_threshold), "--align", str(layout.align), "--align-threshold", str(layout.align_threshold)]
+    args += ["--shard-size", str(layout.shard_size)] if layout.shard_size else []
+    args += ["--embed", options.embed, "--check", options.check, *([] if options.prepare else ["--no-prepare"])]
+    if options.require_compiled is not None:
+        args.append("--require-compiled" if options.require_compiled else "--allow-partial")
+    return args
+
+
+def make_fragment(result: SplitResult, compile_args: list[str], stitch_output: str) -> str:
+    """A Make fragment: one rule per part (`make -j`, or a build farm), then the stitch. Paths are as split was given
+    them (relative ones from the directory split ran in); the variables can be overridden."""
+    var = re.sub(r"[^A-Za-z0-9]", "_", result.stem).upper()
+    quoted = " ".join(shlex.quote(a) for a in compile_args)
+    compiled = [f"$({var}_COMPILED)/{strip_onnx(name)}_ctx.onnx" for name in result.parts]
+    lines = [f"# Written by ortcompile split: {len(result.parts)} parts of {result.stem}.",
+             f"# make -f {shlex.quote(str(result.directory / fragment_name(result.stem)))} -j N  compiles the parts N at a time, then stitches.",
+             f"{var}_PARTS ?= {result.directory}", f"{var}_COMPILED ?= $({var}_PARTS)/compiled", f"{var}_OUTPUT ?= {stitch_output}",
+             f"{var}_COMPILE_ARGS ?= {quoted}", "",
+             f"$({var}_OUTPUT)/{result.stem}_ctx.onnx: {' '.join(compiled)}",
+             f"\tortcompile stitch $({var}_PARTS)/{plan_file_name(result.stem)} --parts $({var}_COMPILED) -o $({var}_OUTPUT) --force -q", ""]
+    for name, target in zip(result.parts, compiled):
+        lines += [f"{target}: $({var}_PARTS)/{name}", f"\tortcompile compile $< -o $({var}_COMPILED) --force -q $({var}_COMPILE_ARGS)", ""]
+    return "\n".join(lines)

@@ -1,0 +1,351 @@
+"""`ortcompile stitch` and the last step of `--partition`: compiled parts joined into one EPContext model.
+
+The skeleton (split.py) gives the graph's interface and the types of the tensors between parts (ONNX Runtime
+needs them: "EPContext output arg ... type inference failed" without); the compiled parts give their nodes in
+order (EPContext nodes and whatever stayed on the CPU EP) and their remaining weights. The weights go through the
+same data pass as every compile, deduplicated by content (a weight two parts read is stored once); each part's EP
+blob is linked (or copied) into the output under a name derived from the output model. Parts were compiled from
+distinct file names, so their EPContext nodes (named after a hash of that name) never collide.
+
+`StitchJob` is what `finish` checks, records and publishes: the manifest comes from the parts plan (the options
+and input digest recorded at the split), so `split` + `compile` per part + `stitch` gives the bytes `--partition` does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ortcompile import eps
+from ortcompile.compile.datapass import FileSink
+from ortcompile.compile.epstep import EpRequest, EpStepOutput
+from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
+from ortcompile.compile.layout import DataLayout, LayoutPolicy
+from ortcompile.compile.relayout import relayout_model
+from ortcompile.compile.sharing import SharedDataPass
+from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileWarning, UsageError, output_error
+from ortcompile.naming import OutputNames
+from ortcompile.native import native_output_shown, peak_rss_bytes
+from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
+from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.output.digest import InputDigest
+from ortcompile.output.manifest import Manifest, ManifestError
+from ortcompile.output.publish import Staging, remove_created_dirs
+from ortcompile.paths import resolve_inside
+from ortcompile.progress import Reporter, SilentReporter
+
+if TYPE_CHECKING:
+    from ortcompile.compile.job import Workers
+
+PARTS_FORMAT = "ortcompile-parts/1"
+# A check that runs the stitched model holds the source on the CPU EP and the contexts on the EP at once.
+CHECK_RUN_FACTOR, CHECK_LOAD_FACTOR, CHECK_PROCESS_BYTES = 3, 2, 512 << 20
+
+
+@dataclass(frozen=True)
+class PartsPlan:
+    """The `<stem>.parts.json` split wrote: what stitch needs about the source and its parts."""
+
+    path: Path
+    source: str  # the source model's file name
+    source_path: str  # where it was, relative to the plan's directory (the check and --verify use it when it is still there)
+    parts: list[str]  # part model file names, in graph order
+    specs: list[dict[str, Any]]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
+    skeleton: str
+    digest: InputDigest
+    options: dict[str, Any]  # the output-shaping options, as the manifest records them
+    source_ops: dict[str, int]
+    dims: dict[str, int]  # the source's dims as pinned: the check feeds the source inputs of these shapes
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    @classmethod
+    def load(cls, path: Path) -> PartsPlan:
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InvalidModel(f"{path}: not a parts plan written by ortcompile split ({exc})") from None
+        found = document.get("format") if isinstance(document, dict) else None
+        if found != PARTS_FORMAT:
+            raise InvalidModel(f"{path}: not a parts plan written by ortcompile split (format {found!r}, expected {PARTS_FORMAT!r})")
+        try:
+            files = tuple((f["name"], f["size"], f["sha256"]) for f in document["input"]["files"])
+            return cls(path, document["source"], document["source_path"], list(document["parts"]), list(document["plan"]["parts"]),
+                       document["skeleton"], InputDigest(files), document["options"], document["source_ops"], document["dims"])
+        except (KeyError, TypeError) as exc:
+            raise InvalidModel(f"{path}: a parts plan without {exc}: write it again with ortcompile split") from None
+
+    def compile_options(self, **overrides: Any) -> CompileOptions:
+        """The options the parts were planned with (what shapes the output), plus the caller's for finishing."""
+        recorded = self.options
+        return CompileOptions(ep=recorded["ep"], ep_options=dict(recorded["ep_options"]), layout=LayoutPolicy(**recorded["layout"]),
+                              embed=recorded["embed"], require_compiled=recorded["require_compiled"], target=recorded.get("target"),
+                              fix_dims=dict(recorded["fix_dims"]), freeze=dict(recorded.get("freeze", {})), **overrides)
+
+
+def write_plan(path: Path, document: dict[str, Any]) -> None:
+    with open(path, "x") as stream:
+        stream.write(json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+@dataclass
+class StitchJob:
+    """Compiled parts to one output: implements finish's `Finishing` protocol."""
+
+    plan: PartsPlan
+    compiled_dir: Path
+    output_dir: Path
+    names: OutputNames
+    options: CompileOptions
+    ep: eps.ResolvedEp
+    source: Path | None  # the source model when it is at hand: the check runs against it, --verify needs it
+    reporter: Reporter
+    protected: list[Path]  # files the output must never overwrite: the source's, the plan, the compiled parts
+    stamp_source: Path | None = None  # --partition: the source, for --if-changed's stamp
+    created_dirs: list[Path] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, int] = field(default_factory=dict)
+    check_report: dict[str, Any] | None = None
+    part_results: list[CompileResult] = field(default_factory=list)  # --partition: each part's compile
+    part_manifests: list[Manifest] = field(default_factory=list)
+
+    @classmethod
+    def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,
+                    ep_library: str | None, reporter: Reporter) -> StitchJob:
+        """`ortcompile stitch`: every check that can fail before work starts."""
+        plan = PartsPlan.load(plan_path)
+        options = plan.compile_options(check=check, force=force, verify=verify, ep_library=ep_library)
+        ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=ep_library, validate=True)
+        source = plan.directory / plan.source_path
+        source = source if source.is_file() else None
+        if verify and source is None:
+            raise UsageError(f"--verify compares with the source, which is not at {plan.directory / plan.source_path} any more")
+        names = OutputNames.for_source(plan.source)
+        protected = [plan_path, *(compiled_dir / p for p in plan.parts), *([source] if source else [])]
+        created = open_destination(output_dir, names, force, protected, reporter)
+        return cls(plan, compiled_dir, output_dir, names, options, ep, source, reporter, protected, created_dirs=created)
+
+    @property
+    def inputs(self) -> list[Path]:
+        return self.protected
+
+    def build(self, staging_dir: Path) -> Built:
+        """The stitched graph and its data in the stage (pass 2 included)."""
+        clock = time.perf_counter()
+        self.reporter.stage(f"stitching {len(self.plan.parts)} parts")
+        try:
+            step, self.part_manifests = stitch_parts(self.plan, self.compiled_dir, staging_dir, self.names, self.options.layout)
+            self.timings["stitch"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            self.reporter.stage("writing graph")
+            files, graph = stage_graph(step, staging_dir, self.names.model, self.options.embed)
+        except OSError as exc:
+            raise output_error(exc, f"outputs in {self.output_dir}") from exc
+        self.timings["graph_pass"] = time.perf_counter() - clock
+        if self.ep.info.compiles and graph.epcontext_nodes == 0 and self.options.require_compiled:
+            raise CompilationFailed(f"{self.plan.source}: no part compiled a node for {self.ep.info.short_name}")
+        return Built(self, files, graph, step)
+
+    def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
+        """The stitched model opened on its EP (and run against the source) when it fits in memory; every part was
+        checked on its own when it was compiled."""
+        from ortcompile.compile.job import ep_precision
+
+        mode = self.options.check
+        if mode == "run" and self.source is None:
+            self.reporter.detail(f"check: the source is not at {self.plan.directory / self.plan.source_path}: loading the output only")
+            mode = "load"
+        mode = self._mode_within_memory(mode)
+        if mode == "none":
+            return {"mode": "none", "passed": None}
+        outcome = run_check(staging_dir / self.names.model, self.source or self.plan.path, self._request, self.ep.info.short_name, mode,
+                            ep_precision(self.ep, op_counts=self.plan.source_ops), self.plan.dims,
+                            self._given(), workers, self.reporter)
+        self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
+        return outcome.record
+
+    def _mode_within_memory(self, mode: str) -> str:
+        """A weaker check (or none, said loudly) when the stitched model is too big to open here next to its source."""
+        import warnings
+
+        from ortcompile.compile.parts import available_memory
+
+        weights = sum(spec["weight_bytes"] for spec in self.plan.specs)
+        available = available_memory()
+        for candidate, factor in (("run", CHECK_RUN_FACTOR), ("load", CHECK_LOAD_FACTOR)):
+            if mode == candidate and CHECK_PROCESS_BYTES + factor * weights > available:
+                mode = "load" if candidate == "run" else "none"
+                if mode == "none":
+                    warnings.warn(f"{self.names.model}: not loaded before publishing: ~{factor * weights >> 30} GiB needed, "
+                                  f"{available >> 30} GiB available (each part was checked when it compiled)", OrtCompileWarning, stacklevel=2)
+        return mode
+
+    def _given(self) -> dict[str, Any]:
+        from ortcompile.readback.given import Given
+
+        return {name: Given(value, f"--freeze {name}={value}") for name, value in self.options.freeze.items()}
+
+    @property
+    def _request(self) -> EpRequest:
+        return EpRequest(self.options.ep, self.options.ep_options, self.options.target, self.options.ep_library)
+
+    def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any], shared: set[str] | None = None) -> Manifest:
+        from ortcompile.output.manifest import file_entries
+
+        first = self.part_manifests[0]
+        parts = tuple({"model": name, "nodes": spec["nodes"], "weight_bytes": spec["weight_bytes"],
+                       "epcontext": manifest.nodes.get("epcontext", 0), "remaining_ops": manifest.nodes.get("remaining_ops", {})}
+                      for name, spec, manifest in zip(self.plan.parts, self.plan.specs, self.part_manifests))
+        return Manifest(model=self.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
+                        input_files=digest.input_files, versions=first.versions, options=self.plan.options,
+                        nodes=node_counts(self.plan.source_ops, built.graph),
+                        initializers={"external": built.step.external_count, "inline": built.step.inline_count},
+                        check=check, target=first.target, parts=parts)
+
+    def verify(self, model: Path) -> None:
+        from ortcompile.errors import VerificationFailed
+        from ortcompile.readback.verify import verify_model
+
+        assert self.source is not None  # plan_stitch refuses --verify without the source
+        self.reporter.stage("verifying against the source")
+        clock = time.perf_counter()
+        report = verify_model(model, self.source, dims=self.plan.dims, inputs=self._given(), time_source=False,
+                              **self.options.verify_criterion)
+        if not report.ok:
+            raise VerificationFailed(f"not published: {report.failure()}")
+        self.timings["verify"] = time.perf_counter() - clock
+
+    def result(self, built: Built, manifest: Manifest) -> CompileResult:
+        parts = None
+        if self.part_results:
+            parts = {"budget_bytes": self.plan.options.get("partition", {}).get("budget"), "parts": [
+                {"model": r.model, "weight_bytes": spec["weight_bytes"], "epcontext_nodes": r.epcontext_nodes, "peak_rss_bytes": r.peak_rss_bytes,
+                 "seconds": round(sum(r.timings.values()), 3), "check": (r.check or {}).get("ok")}
+                for spec, r in zip(self.plan.specs, self.part_results)]}
+        else:
+            parts = {"parts": [dict(p) for p in manifest.parts or ()]}
+        compile_peak = max((r.peak_rss_bytes for r in self.part_results), default=0)
+        return CompileResult(
+            source=self.stamp_source or self.source or self.plan.path, output_dir=self.output_dir, model=self.names.model,
+            ep=self.ep.name, ep_version=self.ep.version, files=[f.to_json() for f in manifest.files], epcontext_nodes=built.graph.epcontext_nodes,
+            remaining_ops=built.graph.remaining_ops, graph_bytes=built.graph.graph_bytes, external_initializers=built.step.external_count,
+            inline_initializers=built.step.inline_count, timings=self.timings, peak_rss_bytes=max(peak_rss_bytes(), compile_peak),
+            inputs=list(self.protected), peak_rss_by_stage={**({"compile": compile_peak} if compile_peak else {}), **self.peaks},
+            check=self.check_report, parts=parts)
+
+
+def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str],
+                 check: str = "run", force: bool = False, verify: bool = False, ep_library: str | None = None,
+                 reporter: Reporter | None = None) -> CompileResult:
+    """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`."""
+    from ortcompile.compile.job import Workers
+
+    reporter = reporter or SilentReporter()
+    job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter)
+    digest: Future[InputDigest] = Future()
+    digest.set_result(job.plan.digest)
+    try:
+        with Workers(native_output_shown(), reporter, f"the {job.ep.info.short_name} EP") as workers, Staging(job.output_dir) as staging:
+            built = job.build(staging.path)
+            return finish([built], staging, workers, [digest])[0]
+    except BaseException:
+        remove_created_dirs(job.created_dirs)
+        raise
+
+
+def stitch_parts(plan: PartsPlan, compiled_dir: Path, staging_dir: Path, names: OutputNames, layout: LayoutPolicy) -> tuple[EpStepOutput, list[Manifest]]:
+    """The stitched graph proto (pass 2 still to run) with its data files written and blobs linked into `staging_dir`."""
+    import onnx
+
+    skeleton = onnx.load_model(str(resolve_inside(plan.directory, plan.skeleton, plain=True)), load_external_data=False)
+    manifests = []
+    for index, part in enumerate(plan.parts):
+        model, manifest = _compiled_part(compiled_dir, part)
+        _same_build(manifest, part, manifests[0] if manifests else None, plan)
+        manifests.append(manifest)
+        _link_blobs(model, compiled_dir, staging_dir, names, index)
+        skeleton.graph.node.extend(model.graph.node)
+        known = {t.name for t in skeleton.graph.initializer}
+        skeleton.graph.initializer.extend(t for t in model.graph.initializer if t.name not in known)
+        _add_types(skeleton.graph, model.graph)
+    data_pass = SharedDataPass(FileSink(staging_dir), names.model, DataLayout(layout))
+    try:
+        graph = relayout_model(skeleton, compiled_dir, data_pass)
+    except BaseException:
+        data_pass.abandon()
+        raise
+    files = data_pass.close()
+    return EpStepOutput(graph, files, data_pass.external_count, data_pass.inline_count, {"data_pass": data_pass.seconds}), manifests
+
+
+def _add_types(stitched: Any, part: Any) -> None:
+    """The types of the tensors a part hands between its EPContext and CPU nodes, and of its own interface: ONNX
+    Runtime cannot infer an EPContext node's outputs."""
+    interface = {v.name for v in (*stitched.input, *stitched.output)}
+    known = {v.name for v in stitched.value_info} | interface
+    for value in (*part.value_info, *part.input, *part.output):
+        if value.name not in known:
+            stitched.value_info.append(value)
+            known.add(value.name)
+
+
+def _compiled_part(compiled_dir: Path, part: str) -> tuple[Any, Manifest]:
+    import onnx
+
+    compiled = OutputNames.for_source(part)
+    path = compiled_dir / compiled.model
+    if not path.is_file():
+        raise UsageError(f"part {part} is not compiled: {path} is missing (compile it with 'ortcompile compile {part} -o {compiled_dir}/')")
+    try:
+        manifest = Manifest.load(compiled_dir / compiled.manifest)
+    except ManifestError as exc:
+        raise InvalidModel(f"part {part}: {exc}") from None
+    for entry in manifest.files:
+        target = compiled_dir / entry.name
+        if not target.is_file() or target.stat().st_size != entry.size:
+            raise InvalidModel(f"part {part}: {entry.name} is missing or not the size its manifest records; compile the part again")
+    return onnx.load_model(str(path), load_external_data=False), manifest
+
+
+def _same_build(manifest: Manifest, part: str, first: Manifest | None, plan: PartsPlan) -> None:
+    """Every part compiled as planned (EP, options, target) and with the same versions: a stitched model of mixed builds
+    would not be one model."""
+    planned = plan.options
+    if manifest.ep != planned["ep"] or manifest.options.get("ep_options") != planned["ep_options"] or \
+            manifest.options.get("target") != planned.get("target"):
+        raise UsageError(f"part {part} was not compiled as planned (--ep {planned['ep']}, its --ep-option and --target): "
+                         "compile every part with the options given to split")
+    if first is not None and manifest.versions != first.versions:
+        raise UsageError(f"part {part} was compiled with other ortcompile/onnxruntime/EP versions than {plan.parts[0]}")
+
+
+def _link_blobs(model: Any, compiled_dir: Path, staging_dir: Path, names: OutputNames, index: int) -> int:
+    """Each blob file a part's EPContext nodes name, under the output's name: `<model>_partNN<suffix>`."""
+    renamed: dict[str, str] = {}
+    for node in epcontext_nodes(model):
+        location = blob_location(node)
+        if location is None:
+            continue
+        if location not in renamed:
+            suffix = location.split("_ctx", 1)[1] if "_ctx" in location else f"_{location}"
+            renamed[location] = f"{names.base}_part{index:02d}{suffix}"
+            _link_or_copy(resolve_inside(compiled_dir, location, plain=True), staging_dir / renamed[location])
+        attribute(node, "ep_cache_context").s = renamed[location].encode()
+    return len(renamed)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)  # another filesystem: copy_file_range/sendfile inside the kernel
