@@ -459,6 +459,11 @@ def blob_location(node: onnx.NodeProto) -> str | None:
     return epcontext_attrs(node).blob_location if is_epcontext(node) else None
 
 
+def blob_files(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+    """(node, file) for every EPContext node that names its context file rather than holding it."""
+    return [(node, location) for node in epcontext_nodes(model) if (location := blob_location(node)) is not None]
+
+
 # ---------------------------------------------------------------- inputs
 
 def input_dims(value_info: onnx.ValueInfoProto) -> tuple[int | str | None, ...]:

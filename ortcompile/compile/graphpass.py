@@ -15,7 +15,7 @@ from typing import Any
 from ortcompile.compile.datapass import HashingFile, WrittenFile
 from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import CompilationFailed, OutputError
-from ortcompile.onnxfacts import EPCONTEXT, attribute, blob_location, epcontext_nodes, external_locations, is_external, op_counts
+from ortcompile.onnxfacts import EPCONTEXT, attribute, blob_files, epcontext_nodes, external_locations, is_external, op_counts
 from ortcompile.options import EmbedPolicy
 from ortcompile.paths import UnsafePath, resolve_inside
 
@@ -39,10 +39,7 @@ class GraphSummary:
 def referenced_blobs(model: Any, staging_dir: Path, must_exist: bool = True) -> list[str]:
     """Blob files named by EPContext nodes (embed_mode=0), checked to be plain names inside the output."""
     names: list[str] = []
-    for node in epcontext_nodes(model):
-        name = blob_location(node)
-        if name is None:
-            continue
+    for node, name in blob_files(model):
         try:
             path = resolve_inside(staging_dir, name, plain=True)
         except UnsafePath:
@@ -71,10 +68,7 @@ def should_embed(policy: EmbedPolicy, blob_bytes: int, graph_bytes: int) -> bool
 def embed_blobs(model: Any, staging_dir: Path, names: list[str]) -> int:
     """Move blob bytes into their EPContext nodes (embed_mode=1), as ORT itself writes embedded models."""
     contents = {name: (staging_dir / name).read_bytes() for name in names}
-    for node in epcontext_nodes(model):
-        name = blob_location(node)
-        if name is None:
-            continue
+    for node, name in blob_files(model):
         attribute(node, "ep_cache_context").s = contents[name]
         mode = attribute(node, "embed_mode")
         if mode is not None:

@@ -12,9 +12,8 @@ from ortcompile.onnxfacts import (
     MalformedTensor,
     TensorKind,
     TensorSite,
-    blob_location,
+    blob_files,
     dtype_name,
-    epcontext_nodes,
     external_ref,
     graph_inputs,
     input_dims,
@@ -195,10 +194,7 @@ def _unsafe(owner: str, what: str, location: str, exc: UnsafePath, base: Path) -
 
 def _check_epcontext_paths(model_path: Path, model: Any) -> None:
     """An already-compiled input names its EP blobs by path: the same rules as external data apply."""
-    for node in epcontext_nodes(model):
-        location = blob_location(node)
-        if location is None:
-            continue
+    for node, location in blob_files(model):
         owner = f"EPContext node {node.name!r}"
         blob = _resolve_location(model_path, owner, location, what="EP context path")
         try:
