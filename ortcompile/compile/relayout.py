@@ -31,6 +31,7 @@ from ortcompile.onnxfacts import (
     external_ref,
     iter_graphs,
     iter_initializers,
+    iter_tensors,
     stored_nbytes,
 )
 from ortcompile.paths import model_dir, resolve_inside
@@ -54,6 +55,9 @@ def relayout(source: SourceModel, data_pass: DataPass, keep_inline: KeepInline |
     with _SourceFiles(base) as files:
         for site in sites:
             _place(site.tensor, site.graph, data_pass, files, keep)
+        for site in iter_tensors(model):  # what is not an initializer stays in the proto: Constant values, sparse tensors
+            if site.kind != "initializer" and (ref := external_ref(site.tensor)) is not None:
+                _make_inline(site.tensor, files.read(ref.location, ref.offset, stored_nbytes(site.tensor) or 0))
     return model.SerializeToString()
 
 
