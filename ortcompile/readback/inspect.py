@@ -6,6 +6,7 @@ manifest beside the model, each output file is checked by size (and by sha256 wi
 
 from __future__ import annotations
 
+import collections
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -213,9 +214,7 @@ def _data_file(directory: Path, location: str) -> DataFileUse:
         target = resolve_inside(directory, location)
         if target.is_file():
             use.size = target.stat().st_size
-    except UnsafePath:
-        use.safe = False
-    except OSError:  # a name the filesystem refuses to stat: not a usable path either
+    except (UnsafePath, OSError):  # OSError: a name the filesystem refuses to stat is not a usable path either
         use.safe = False
     return use
 
@@ -249,10 +248,7 @@ def _compiled_ops(manifest: ManifestStatus, epcontext: list[dict[str, Any]]) -> 
 
 def _epcontext_by_source(epcontext: list[dict[str, Any]]) -> dict[str, int]:
     """EPContext nodes per EP that produced them."""
-    counter: dict[str, int] = {}
-    for entry in epcontext:
-        counter[entry["source"] or "unknown"] = counter.get(entry["source"] or "unknown", 0) + 1
-    return dict(sorted(counter.items()))
+    return dict(sorted(collections.Counter(entry["source"] or "unknown" for entry in epcontext).items()))
 
 
 def _value_info(value_info: Any) -> dict[str, Any]:
