@@ -45,6 +45,7 @@ _BITS = {number: bits for _, number, bits in DATA_TYPES}
 
 # Enum numbers of the protobuf schema (checked against onnx in the tests), so no `import onnx` is needed.
 EXTERNAL = 1  # TensorProto.DataLocation.EXTERNAL
+STRING = 8  # TensorProto.DataType.STRING: no fixed size; ORT never moves such a tensor out of the proto
 ATTR_INT, ATTR_STRING, ATTR_TENSOR, ATTR_GRAPH = 2, 3, 4, 5  # AttributeProto.AttributeType
 ATTR_TENSORS, ATTR_GRAPHS, ATTR_SPARSE_TENSOR, ATTR_SPARSE_TENSORS = 9, 10, 11, 12
 
@@ -53,14 +54,21 @@ ATTR_TENSORS, ATTR_GRAPHS, ATTR_SPARSE_TENSOR, ATTR_SPARSE_TENSORS = 9, 10, 11, 
 _ORT_KEYS = frozenset({"location", "offset", "length", "checksum"})
 # What ORT (strtoll, base 10) and onnx (int()) both read as the same number: no "0x", "1_000", "٣" or "5 ".
 _DECIMAL = re.compile(r"[ \t\n\v\f\r]*[+-]?([0-9]+)")
+_SHOWN_DIGITS = 40  # a number this long is still quoted in a message (int64 has 19 digits)
 
 
 class MalformedTensor(ValueError):
-    """A tensor field that cannot be read as ONNX defines it; `problem` completes "tensor 'W' ..."."""
+    """A tensor field that cannot be read as ONNX defines it; `problem` completes "tensor 'W' ...".
 
-    def __init__(self, tensor: str | bytes, problem: str) -> None:
+    For an external offset or length beyond the int64 range, `field` names it and `number` is its value, so a
+    reader can say what it would have meant (e.g. how far into the file it points).
+    """
+
+    def __init__(self, tensor: str | bytes, problem: str, field: str = "", number: int | None = None) -> None:
         self.tensor = tensor
         self.problem = problem
+        self.field = field
+        self.number = number
         super().__init__(f"tensor {tensor!r} {problem}")
 
 
@@ -170,7 +178,7 @@ def external_ref(tensor: TensorProto) -> ExternalRef | None:
         return None
     ref, problems = _parse_external(tensor)
     if problems:
-        raise MalformedTensor(tensor.name, problems[0])
+        raise MalformedTensor(tensor.name, *problems[0])
     return ref
 
 
@@ -182,19 +190,25 @@ def lenient_external_ref(tensor: TensorProto) -> tuple[ExternalRef | None, tuple
     if not is_external(tensor):
         return None, ()
     ref, problems = _parse_external(tensor)
-    return ref, tuple(problems)
+    return ref, tuple(p.text for p in problems)
 
 
-def _parse_external(tensor: TensorProto) -> tuple[ExternalRef, list[str]]:
+class _Problem(NamedTuple):
+    text: str
+    field: str = ""
+    number: int | None = None  # an offset or length beyond the int64 range
+
+
+def _parse_external(tensor: TensorProto) -> tuple[ExternalRef, list[_Problem]]:
     from onnx.external_data_helper import ExternalDataInfo
 
-    problems: list[str] = []
+    problems: list[_Problem] = []
     fields: dict[str, str] = {}
     unknown: list[str] = []
     for entry in tensor.external_data:
         key, value = entry.key, entry.value
         if isinstance(key, bytes) or isinstance(value, bytes):  # protobuf's answer to a string that is not UTF-8
-            problems.append("has external data fields that are not valid UTF-8")
+            problems.append(_Problem("has external data fields that are not valid UTF-8"))
         elif key not in _ORT_KEYS:
             if not key.startswith("prepacked"):
                 unknown.append(key)
@@ -204,29 +218,29 @@ def _parse_external(tensor: TensorProto) -> tuple[ExternalRef, list[str]]:
         if key in fields:
             number, problem = _read_number(key, fields.pop(key))
             if problem:
-                problems.append(problem)
+                problems.append(_Problem(problem, key, number if number > INT64_MAX else None))
             else:
                 fields[key] = str(number)  # canonical digits: onnx's int() then reads what ORT's strtoll reads
     info = ExternalDataInfo(_external_view(fields))  # onnx's own reading of the fields, now known to be sound
     if not info.location:
-        problems.append("is external but has no location")
+        problems.append(_Problem("is external but has no location"))
     ref = ExternalRef(info.location, info.offset or 0, info.length, info.checksum, tuple(unknown))
     return ref, problems
 
 
 def _read_number(key: str, value: str) -> tuple[int, str]:
-    """(value, "") or (0, the problem): an offset or length as ORT reads it, within int64 and not negative."""
+    """(value, "") or (value or 0, the problem): an offset or length as ORT reads it, within int64 and not negative."""
     match = _DECIMAL.fullmatch(value)
     if not match:
         return 0, f"has a non-numeric external {key} {value[:40]!r}"
     digits = match.group(1).lstrip("0") or "0"
-    if len(digits) > 19:  # beyond int64 whatever the digits; int() of thousands of them is refused
+    if len(digits) > _SHOWN_DIGITS:  # beyond int64 whatever the digits; int() of thousands of them is refused
         return 0, f"has an external {key} of {len(digits)} digits, beyond the int64 range"
     number = -int(digits) if value.lstrip().startswith("-") else int(digits)
     if number < 0:
-        return 0, f"has a negative external {key} {number}"
+        return number, f"has a negative external {key} {number}"
     if number > INT64_MAX:
-        return 0, f"has an external {key} {number} beyond the int64 range"
+        return number, f"has an external {key} {number} beyond the int64 range"
     return number, ""
 
 
@@ -443,6 +457,11 @@ def _attr_type(kind: int) -> str:
 def blob_location(node: onnx.NodeProto) -> str | None:
     """The EP context file an EPContext node names (embed_mode 0), relative to the model's directory; else None."""
     return epcontext_attrs(node).blob_location if is_epcontext(node) else None
+
+
+def blob_files(model: onnx.ModelProto) -> list[tuple[onnx.NodeProto, str]]:
+    """(node, file) for every EPContext node that names its context file rather than holding it."""
+    return [(node, location) for node in epcontext_nodes(model) if (location := blob_location(node)) is not None]
 
 
 # ---------------------------------------------------------------- inputs

@@ -23,12 +23,16 @@ _Problem = tuple[Rule, str]
 
 
 class UnsafePath(ValueError):
-    """A name that must not be opened: `rule` says which check failed, `reason` says it in words."""
+    """A name that must not be opened: `rule` says which check failed, `reason` says it in words.
 
-    def __init__(self, name: str | bytes, rule: Rule, reason: str) -> None:
+    For rule "outside", `resolved` is where the name really leads (callers name it in their own wording).
+    """
+
+    def __init__(self, name: str | bytes, rule: Rule, reason: str, resolved: Path | None = None) -> None:
         self.name = name
         self.rule = rule
         self.reason = reason
+        self.resolved = resolved
         super().__init__(f"path {shown(name)!r} {reason}")
 
 
@@ -68,9 +72,9 @@ def resolve_inside(base: Path, name: str | bytes, *, plain: bool = False) -> Pat
     except (OSError, RuntimeError) as exc:  # a symlink loop: RuntimeError before Python 3.13, OSError from then on
         raise UnsafePath(name, "unresolvable", f"cannot be resolved ({_why(exc)})") from None
     if resolved == root:
-        raise UnsafePath(name, "outside", f"resolves to {root} itself, not to a file in it")
+        raise UnsafePath(name, "outside", f"resolves to {root} itself, not to a file in it", resolved)
     if not resolved.is_relative_to(root):
-        raise UnsafePath(name, "outside", f"resolves outside {root} (to {resolved})")
+        raise UnsafePath(name, "outside", f"resolves outside {root} (to {resolved})", resolved)
     return resolved
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ortcompile.compile.datapass import WrittenFile
 from ortcompile.errors import CompilationFailed
+from ortcompile.paths import is_plain_name
 
 CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"
 READ_CHUNK = 16 << 20
@@ -34,7 +35,8 @@ class BlobSink:
         self._lock = threading.Lock()  # ORT may call concurrently
 
     def write_func(self, name: str, data: Any) -> None:
-        _safe_child(self.directory or Path("."), name)
+        if not is_plain_name(name):  # blob names become file names in the output directory
+            raise CompilationFailed(f"EP asked to write context data under an unsafe name {name!r}")
         digest = hashlib.sha256()
         size = data.size()
         chunks = (data.read(offset, min(READ_CHUNK, size - offset)) for offset in range(0, size, READ_CHUNK))
@@ -52,11 +54,3 @@ class BlobSink:
                 os.fsync(out.fileno())
         with self._lock:
             self.written[name] = WrittenFile(name, size, digest.hexdigest())
-
-
-def _safe_child(directory: Path, name: str) -> Path:
-    """Blob names become file names: they must stay a plain relative name inside the output directory."""
-    candidate = Path(name)
-    if candidate.is_absolute() or ".." in candidate.parts or len(candidate.parts) != 1:
-        raise CompilationFailed(f"EP asked to write context data under an unsafe name {name!r}")
-    return directory / candidate

@@ -12,7 +12,6 @@ an anonymous map cost no memory, so planning for the whole model is free. Nothin
 
 from __future__ import annotations
 
-import math
 import mmap
 import os
 import tempfile
@@ -22,7 +21,7 @@ from typing import Any, Literal
 
 from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, Target, WrittenFile
-from ortcompile.compile.graphpass import embed_blobs, epcontext_nodes, referenced_blobs
+from ortcompile.compile.graphpass import embed_blobs, referenced_blobs
 from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.compile.ortstep import OrtCompile, compile_with_ort
 from ortcompile.compile.relayout import relayout
@@ -30,6 +29,7 @@ from ortcompile.compile.shapes import dimension_overrides
 from ortcompile.compile.source import PROTOBUF_LIMIT, SourceModel, read_source
 from ortcompile.errors import CompilationFailed
 from ortcompile.naming import OutputNames
+from ortcompile.onnxfacts import STRING, element_size, epcontext_nodes, graph_tensor_names, iter_tensors, stored_nbytes
 
 BlobFallback = Literal["error", "tempdir"]
 
@@ -100,13 +100,15 @@ def planned_capacity(source: SourceModel, policy: LayoutPolicy, model: Any = Non
     """An upper bound on the bytes pass 1 can write: every tensor ORT may hand over, each padded at most once.
 
     ORT asks about main-graph initializers, but also about Constant nodes (it turns them into initializers)
-    and subgraph initializers (If/Loop/Scan bodies); all of them are counted.
+    and subgraph initializers (If/Loop/Scan bodies); every tensor of the model is counted.
     """
     layout = DataLayout(LayoutPolicy(policy.inline_threshold, policy.align, policy.align_threshold, None))
     total = 0
-    for nbytes, element_size in _all_tensor_sizes(model if model is not None else _graph_only(source.path)):
-        if not layout.is_inline(nbytes):
-            total += nbytes + policy.alignment_for(nbytes, element_size) - 1
+    for site in iter_tensors(model if model is not None else _graph_only(source.path)):
+        nbytes = stored_nbytes(site.tensor)  # read_source has refused a model where this raises
+        if nbytes is None or site.tensor.data_type == STRING or layout.is_inline(nbytes):
+            continue
+        total += nbytes + policy.alignment_for(nbytes, element_size(site.tensor.data_type) or 1) - 1
     return total
 
 
@@ -114,52 +116,6 @@ def _graph_only(model_path: Path) -> Any:
     import onnx
 
     return onnx.load_model(str(model_path), load_external_data=False)
-
-
-def _main_graph_tensor_names(model: Any) -> set[str]:
-    """Initializers and Constant outputs of the main graph: ORT (1.31) serves only these from in-memory
-    buffers; a subgraph initializer with external data would be looked up on disk, so it stays inline."""
-    graph = model.graph
-    return {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
-
-
-def _all_tensor_sizes(model: Any) -> list[tuple[int, int]]:
-    """(bytes, element size) of every tensor in the model: initializers and Constant values, in every graph."""
-    import onnx
-
-    sizes: list[tuple[int, int]] = []
-    graphs = [model.graph]
-    while graphs:
-        graph = graphs.pop()
-        tensors = list(graph.initializer)
-        for node in graph.node:
-            for attribute in node.attribute:
-                if attribute.type == onnx.AttributeProto.TENSOR:
-                    tensors.append(attribute.t)
-                elif attribute.type == onnx.AttributeProto.GRAPH:
-                    graphs.append(attribute.g)
-                elif attribute.type == onnx.AttributeProto.GRAPHS:
-                    graphs.extend(attribute.graphs)
-        sizes += [_tensor_size(t) for t in tensors]
-    return sizes
-
-
-def _tensor_size(tensor: Any) -> tuple[int, int]:
-    import onnx
-
-    count = math.prod(tensor.dims)
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        fields = {e.key: e.value for e in tensor.external_data}
-        nbytes = int(fields.get("length", 0) or 0)
-    elif tensor.raw_data:
-        nbytes = len(tensor.raw_data)
-    elif tensor.data_type == onnx.TensorProto.STRING:
-        return 0, 1
-    else:
-        nbytes = count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    if nbytes == 0 and count:  # external without a length: the dtype says
-        nbytes = count * onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    return nbytes, max(1, nbytes // max(1, count))
 
 
 def compile_to_buffers(
@@ -191,7 +147,9 @@ def compile_to_buffers(
     sinks: list[MemorySink] = []  # a fresh sink per attempt (ORT may refuse the blob callback and we retry)
     fallback_used = False
 
-    main_graph = _main_graph_tensor_names(model_proto)
+    # ORT (1.31) serves only the main graph's initializers and Constant outputs from in-memory buffers; a
+    # subgraph initializer with external data would be looked up on disk, so it stays inline.
+    main_graph = graph_tensor_names(model_proto.graph)
     del model_proto
 
     def new_data_pass() -> DataPass:

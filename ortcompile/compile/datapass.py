@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
+from ortcompile.onnxfacts import element_count
 from ortcompile.output.digest import WrittenFile, hash_file_range
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
@@ -153,7 +154,7 @@ class DataPass:
         if value.data_type() == "tensor(string)" or self.layout.is_inline(nbytes) or self.keep_inline(name):
             self.inline_count += 1
             return None
-        element_size = max(1, nbytes // max(1, _element_count(value.shape())))
+        element_size = max(1, nbytes // max(1, element_count(value.shape())))
         placement = self.place_tensor(name, _tensor_bytes(value, nbytes), element_size, self._origin(source_info, nbytes))
         return ort.OrtExternalInitializerInfo(self.location_of(placement), placement.offset, nbytes)
 
@@ -228,13 +229,6 @@ class DataPass:
         for fd in self._source_fds.values():
             os.close(fd)
         self._source_fds.clear()
-
-
-def _element_count(shape: list[int]) -> int:
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
 
 
 def _tensor_bytes(value: Any, nbytes: int) -> memoryview:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ortcompile.errors import UsageError
+from ortcompile.onnxfacts import input_dims
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,13 +64,12 @@ def freeze_inputs(model: Any, frozen: dict[str, int | float]) -> list[str]:
 
 
 def _typed(value_info: Any, value: int | float) -> np.ndarray:
-    """The frozen value with the input's element type and shape (a scalar fills its shape)."""
+    """The frozen value with the input's element type and shape (a scalar fills its shape; an unknown dim is 1)."""
     import numpy as np
     import onnx
 
-    tensor_type = value_info.type.tensor_type
-    dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)
-    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in tensor_type.shape.dim]
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)
+    dims = [d if isinstance(d, int) and d > 0 else 1 for d in input_dims(value_info)]
     return np.full(dims, value, dtype=dtype)
 
 

@@ -8,7 +8,6 @@ single byte of the model file is written.
 
 from __future__ import annotations
 
-import collections
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,12 +15,13 @@ from typing import Any
 from ortcompile.compile.datapass import HashingFile, WrittenFile
 from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import CompilationFailed, OutputError
+from ortcompile.onnxfacts import EPCONTEXT, attribute, blob_files, epcontext_nodes, external_locations, is_external, op_counts
 from ortcompile.options import EmbedPolicy
+from ortcompile.paths import UnsafePath, resolve_inside
 
 # `--embed auto` embeds blobs only when all of them together stay this small: one self-contained
 # file for small models, while a large blob never goes near the 2 GiB protobuf limit.
 AUTO_EMBED_LIMIT = 16 << 20
-EPCONTEXT = "EPContext"
 
 
 @dataclass
@@ -36,28 +36,15 @@ class GraphSummary:
     inline_initializers: int = 0
 
 
-def _attribute(node: Any, name: str) -> Any | None:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            return attribute
-    return None
-
-
-def epcontext_nodes(model: Any) -> list[Any]:
-    return [n for n in model.graph.node if n.op_type == EPCONTEXT]
-
-
 def referenced_blobs(model: Any, staging_dir: Path, must_exist: bool = True) -> list[str]:
     """Blob files named by EPContext nodes (embed_mode=0), checked to be plain names inside the output."""
     names: list[str] = []
-    for node in epcontext_nodes(model):
-        mode, cache = _attribute(node, "embed_mode"), _attribute(node, "ep_cache_context")
-        if cache is None or (mode is not None and mode.i == 1):
-            continue
-        name = cache.s.decode("utf-8", errors="replace")
-        if Path(name).is_absolute() or len(Path(name).parts) != 1:
-            raise CompilationFailed(f"EP wrote a context path {name!r} that is not a plain file name in the output")
-        if must_exist and not (staging_dir / name).is_file():
+    for node, name in blob_files(model):
+        try:
+            path = resolve_inside(staging_dir, name, plain=True)
+        except UnsafePath:
+            raise CompilationFailed(f"EP wrote a context path {name!r} that is not a plain file name in the output") from None
+        if must_exist and not path.is_file():
             raise CompilationFailed(f"EP context file {name!r} named by node {node.name!r} was not written")
         if name not in names:
             names.append(name)
@@ -81,11 +68,9 @@ def should_embed(policy: EmbedPolicy, blob_bytes: int, graph_bytes: int) -> bool
 def embed_blobs(model: Any, staging_dir: Path, names: list[str]) -> int:
     """Move blob bytes into their EPContext nodes (embed_mode=1), as ORT itself writes embedded models."""
     contents = {name: (staging_dir / name).read_bytes() for name in names}
-    for node in epcontext_nodes(model):
-        cache, mode = _attribute(node, "ep_cache_context"), _attribute(node, "embed_mode")
-        if cache is None or (mode is not None and mode.i == 1):
-            continue
-        cache.s = contents[cache.s.decode()]
+    for node, name in blob_files(model):
+        attribute(node, "ep_cache_context").s = contents[name]
+        mode = attribute(node, "embed_mode")
         if mode is not None:
             mode.i = 1
     for name in names:
@@ -120,9 +105,7 @@ def write_graph(graph_proto: bytes, staging_dir: Path, model_name: str, embed: E
         target.abandon()
         raise
     written = target.close()
-    remaining = collections.Counter(n.op_type for n in model.graph.node if n.op_type != EPCONTEXT)
-    locations = sorted({e.value for t in model.graph.initializer for e in t.external_data if e.key == "location"})
-    external = sum(1 for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL)
-    summary = GraphSummary(len(epcontext_nodes(model)), dict(sorted(remaining.items())), size, embedded, blobs, locations,
-                           external, len(model.graph.initializer) - external)
+    external = sum(1 for t in model.graph.initializer if is_external(t))
+    summary = GraphSummary(len(epcontext_nodes(model)), op_counts(model.graph.node, exclude=[EPCONTEXT]), size, embedded, blobs,
+                           external_locations(model), external, len(model.graph.initializer) - external)
     return written, summary

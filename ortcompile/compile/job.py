@@ -285,7 +285,7 @@ class CompileJob:
             inline_initializers=built.step.inline_count,
             timings=self.timings,
             peak_rss_bytes=max(peak_rss_bytes(), self.peaks.get("compile", 0)),
-            inputs=[self.source.path, *(self.source.path.parent / e.location for e in self.source.external_refs)],
+            inputs=[self.source.path, *(self.source.path.parent / location for location in self.source.external_locations)],
             peak_rss_by_stage=dict(self.peaks),
             prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
             check=self.check_report,

@@ -22,8 +22,20 @@ from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.shapes import Pins, apply_pins
 from ortcompile.compile.source import SourceModel
 from ortcompile.errors import InvalidModel
-from ortcompile.onnxfacts import ATTR_TENSOR, EXTERNAL, MalformedTensor, attribute, element_size, external_ref, iter_graphs, iter_initializers, stored_nbytes
-from ortcompile.paths import model_dir
+from ortcompile.onnxfacts import (
+    ATTR_TENSOR,
+    EXTERNAL,
+    STRING,
+    MalformedTensor,
+    attribute,
+    element_size,
+    external_ref,
+    iter_graphs,
+    iter_initializers,
+    iter_tensors,
+    stored_nbytes,
+)
+from ortcompile.paths import model_dir, resolve_inside
 
 KeepInline = Callable[[str, str], bool]  # (graph path, tensor name) -> keep it in the proto
 
@@ -51,6 +63,9 @@ def relayout_model(model: Any, base: Path, data_pass: DataPass, keep_inline: Kee
     with _SourceFiles(base) as files:
         for site in sites:
             _place(site.tensor, site.graph, data_pass, files, keep)
+        for site in iter_tensors(model):  # what is not an initializer stays in the proto: Constant values, sparse tensors
+            if site.kind != "initializer" and (ref := external_ref(site.tensor)) is not None:
+                _make_inline(site.tensor, files.read(ref.location, ref.offset, stored_nbytes(site.tensor) or 0))
     return model.SerializeToString()
 
 
@@ -96,7 +111,7 @@ def _place(tensor: Any, graph: str, data_pass: DataPass, files: _SourceFiles, ke
         ref = external_ref(tensor)
     except MalformedTensor as exc:
         raise InvalidModel(f"initializer {exc.tensor!r} {exc.problem}") from None
-    if nbytes is None or tensor.data_type == 8 or data_pass.layout.is_inline(nbytes) or keep(graph, tensor.name):  # 8: STRING
+    if nbytes is None or tensor.data_type == STRING or data_pass.layout.is_inline(nbytes) or keep(graph, tensor.name):
         data_pass.inline_count += 1
         if ref is not None:
             _make_inline(tensor, files.read(ref.location, ref.offset, nbytes or 0))
@@ -151,7 +166,7 @@ class _SourceFiles:
 
     def _fd(self, location: str) -> int:
         if location not in self._fds:
-            self._fds[location] = os.open((self.base / location).resolve(), os.O_RDONLY)
+            self._fds[location] = os.open(resolve_inside(self.base, location), os.O_RDONLY)
         return self._fds[location]
 
     def read(self, location: str, offset: int, length: int) -> bytes:

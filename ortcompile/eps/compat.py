@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
+from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
 
 METADATA_PREFIX = "ep_compatibility_info."
 VERDICTS = {
@@ -73,9 +74,9 @@ def read_compatibility_info(model: str | Path) -> tuple[dict[str, str], dict[str
         raise InvalidModel(f"{model}: cannot read the model: {first_line(exc)}") from exc
     infos = {p.key[len(METADATA_PREFIX):]: p.value for p in proto.metadata_props if p.key.startswith(METADATA_PREFIX)}
     nodes: dict[str, int] = {}
-    for node in proto.graph.node:
-        if node.op_type == "EPContext" and node.domain == "com.microsoft":
-            source = next((a.s.decode("utf-8", "replace") for a in node.attribute if a.name == "source"), "") or "unknown"
+    for node in epcontext_nodes(proto):
+        if node.domain == "com.microsoft":
+            source = epcontext_attrs(node).source or "unknown"
             nodes[source] = nodes.get(source, 0) + 1
     return infos, nodes
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.output.manifest import InputFile
+from ortcompile.paths import model_dir
 
 HASH_WINDOW = 32 << 20
 HASH_CHUNK = 4 << 20
@@ -108,8 +109,6 @@ def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
     """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
-    from ortcompile.compile.source import model_dir
-
     base = model_dir(model_path)
     hashed_at = time.time_ns()
     entries, fingerprints = [], []

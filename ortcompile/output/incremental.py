@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import __version__, eps
-from ortcompile.compile.source import model_dir
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
 from ortcompile.options import CHECK_MODES, CompileOptions
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError, Versions
+from ortcompile.paths import UnsafePath, model_dir, resolve_inside, shown
 
 RACY_WINDOW_NS = 2_000_000_000
 STAMP_FORMAT = "ortcompile-stamp/1"
@@ -158,7 +158,10 @@ def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest
     started_ns, rehashed = time.time_ns(), False
     files, fingerprints = [], []
     for index, entry in enumerate(recorded):
-        path = source if index == 0 else base / entry.name
+        try:  # the manifest is a file anyone can edit: its input names must stay in the source's directory
+            path = source if index == 0 else resolve_inside(base, entry.name)
+        except UnsafePath as exc:
+            return f"input {shown(entry.name)!r} {exc.reason}"
         if not path.is_file():
             return f"input {entry.name} is missing"
         fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does

@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.naming import manifest_path_for
+from ortcompile.paths import is_plain_name
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
 ROLES = ("model", "data", "ep_context")
-_MAX_NAME = 255
 
 
 class ManifestError(ValueError):
@@ -101,7 +101,7 @@ class Manifest:
             if document.get(key) is not None and not isinstance(document[key], dict):
                 raise ManifestError(f"unreadable manifest ({key!r} must be an object)")
         model = document.get("model")
-        if not _plain(model):
+        if not is_plain_name(model):
             raise ManifestError("unreadable manifest ('model' must be a plain file name)")
         options = document.get("options") or {}
         _check_layout(options)
@@ -178,10 +178,6 @@ def file_entries(files: Iterable[tuple[Any, str]], shared: set[str] | None = Non
     return tuple(FileEntry(f.name, role, f.size, f.sha256, None if shared is None else f.name in shared) for f, role in files)
 
 
-def _plain(name: Any) -> bool:
-    return isinstance(name, str) and 0 < len(name) <= _MAX_NAME and "/" not in name and "\\" not in name and "\0" not in name and name not in (".", "..")
-
-
 def _int(value: Any, minimum: int = 0) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
@@ -193,7 +189,7 @@ def _list(value: Any, what: str) -> list[Any]:
 
 
 def _file_entry(entry: Any) -> FileEntry:
-    valid = (isinstance(entry, dict) and _plain(entry.get("name")) and _int(entry.get("size")) and isinstance(entry.get("sha256"), str)
+    valid = (isinstance(entry, dict) and is_plain_name(entry.get("name")) and _int(entry.get("size")) and isinstance(entry.get("sha256"), str)
              and entry.get("role", "data") in ROLES and isinstance(entry.get("shared", False), bool))
     if not valid:
         raise ManifestError("unreadable manifest ('files' must list objects with a plain name, a known role, an integer size and a sha256)")

@@ -23,6 +23,7 @@ from typing import Any
 from ortcompile.errors import OutputError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.output.manifest import Manifest, ManifestError
+from ortcompile.paths import is_plain_name
 
 STAGE_PREFIX = ".ortcompile-stage-"
 JOURNAL = "publish.journal"  # inside a stage: the renames to finish if the publisher was killed
@@ -80,10 +81,6 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
     if existing and not force:
         raise OutputError(f"{output_dir / existing[0]} already exists; pass --force to replace it")
-
-
-def _plain_name(name: str) -> bool:
-    return bool(name) and len(Path(name).parts) == 1 and not Path(name).is_absolute() and name not in (".", "..")
 
 
 def _stage_owner(stage: Path) -> int | None:
@@ -164,7 +161,7 @@ def _read_journal(stage: Path) -> dict[str, list[str]] | None:
     for key in ("move", "delete"):
         value = journal.get(key)
         lists[key] = value if isinstance(value, list) else []
-    return {key: [n for n in names if isinstance(n, str) and _plain_name(n)] for key, names in lists.items()}
+    return {key: [n for n in names if is_plain_name(n)] for key, names in lists.items()}
 
 
 def _apply_journal(stage: Path, output_dir: Path, journal: dict[str, list[str]]) -> None:

@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 
 from ortcompile.errors import UsageError
+from ortcompile.onnxfacts import graph_inputs, input_dims
 from ortcompile.readback.given import Given, conform, load_inputs, parse_input
 from ortcompile.readback.hints import InputHint, read_hints
 
@@ -115,15 +116,10 @@ def specs_from_session(session: Any) -> list[InputSpec]:
 
 def specs_from_model(model: onnx.ModelProto) -> list[InputSpec]:
     """Specs of an ONNX graph's inputs, initializers excluded (they are weights with defaults, not inputs)."""
-    initializers = {t.name for t in model.graph.initializer}
     specs = []
-    for value in model.graph.input:
-        if value.name in initializers:
-            continue
+    for value in graph_inputs(model.graph):
         tensor = value.type.tensor_type if value.type.HasField("tensor_type") else None
-        dims: tuple[int | str | None, ...] = ()
-        if tensor is not None and tensor.HasField("shape"):
-            dims = _dims(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tensor.shape.dim)
+        dims = input_dims(value) if tensor is not None else ()
         elem = tensor.elem_type if tensor is not None else 0
         text = f"tensor({onnx.TensorProto.DataType.Name(elem).lower()})" if tensor is not None else value.type.WhichOneof("value")
         specs.append(InputSpec(value.name, elem, dims, text))

@@ -18,9 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import onnx
 from onnx import numpy_helper
+
+from ortcompile.onnxfacts import element_count, graph_inputs, input_dims, is_external
 
 # Ops whose output holds (a selection of) their data input's values unchanged: hints flow through them.
 # Value: the input positions that carry the data.
@@ -62,10 +63,9 @@ def read_hints(model: onnx.ModelProto | str | Path) -> dict[str, InputHint]:
     if not isinstance(model, onnx.ModelProto):
         model = onnx.load(str(model), load_external_data=False)  # dims and small constants only: weights stay on disk
     graph = _index(model)
-    initializers = {t.name for t in model.graph.initializer}
     hints = {}
-    for graph_input in model.graph.input:
-        if graph_input.name not in initializers and (hint := _hint_for(graph_input.name, graph, model)):
+    for graph_input in graph_inputs(model.graph):
+        if hint := _hint_for(graph_input.name, graph, model):
             hints[graph_input.name] = hint
     return hints
 
@@ -128,7 +128,7 @@ def _axis(node: onnx.NodeProto) -> int:
 
 def _scalar(tensor: onnx.TensorProto | None) -> int | float | None:
     """The value of a one-element constant (not external: those are never scalars in practice)."""
-    if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL or int(np.prod(tensor.dims, dtype=np.int64)) != 1:
+    if tensor is None or is_external(tensor) or element_count(tensor.dims) != 1:
         return None
     try:
         value = numpy_helper.to_array(tensor).reshape(())
@@ -160,8 +160,7 @@ def _inferred_shapes(model: onnx.ModelProto) -> dict[str, tuple[int | None, ...]
 
 
 def _value_shape(value: onnx.ValueInfoProto) -> tuple[int | None, ...]:
-    dims = value.type.tensor_type.shape.dim
-    return tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+    return tuple(d if isinstance(d, int) else None for d in input_dims(value))
 
 
 def _index(model: onnx.ModelProto) -> _Graph:

@@ -14,7 +14,21 @@ from typing import Any
 from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
 from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import InvalidModel, first_line
+from ortcompile.onnxfacts import (
+    EPCONTEXT,
+    dtype_name,
+    epcontext_attrs,
+    epcontext_nodes,
+    graph_inputs,
+    input_dims,
+    is_external,
+    iter_tensors,
+    lenient_external_ref,
+    op_counts,
+    tensor_nbytes,
+)
 from ortcompile.output.publish import pending_publishes
+from ortcompile.paths import UnsafePath, model_dir, resolve_inside
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 
 INSPECT_FORMAT = "ortcompile-inspect/1"
@@ -114,29 +128,28 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
 
 
 def _report(path: Path, model: Any, check: bool) -> InspectReport:
-    import onnx
-
     manifest = check_manifest(path, hash_files=check)
     align, threshold = _recorded_alignment(manifest)
-    data_files, alignment = _initializer_layout(model, path.parent, align, threshold)
-    epcontext = [_epcontext_entry(n, path.parent) for n in model.graph.node if n.op_type == "EPContext"]
+    directory = model_dir(path)
+    data_files, alignment, field_problems = _initializer_layout(model, directory, align, threshold)
+    epcontext = [_epcontext_entry(n, directory, field_problems) for n in epcontext_nodes(model)]
     shared = manifest.manifest.shared_names if manifest.manifest else set()
     for entry in epcontext:
         if entry["blob"]:
             entry["blob"]["shared"] = entry["blob"]["location"] in shared  # --share-weights: other models use it too
     for use in data_files:
         use.shared = use.name in shared
-    inline = [t for t in model.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    inline = [t for t in model.graph.initializer if not is_external(t)]
     report = InspectReport(
         model=path,
         graph_bytes=path.stat().st_size,
         opsets={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
-        inputs=[_value_info(v) for v in model.graph.input if v.name not in {t.name for t in model.graph.initializer}],
+        inputs=[_value_info(v) for v in graph_inputs(model.graph)],
         outputs=[_value_info(v) for v in model.graph.output],
         epcontext=epcontext,
         compiled_ops=_compiled_ops(manifest, epcontext),
-        epcontext_by_source=_epcontext_by_source(model),
-        remaining_ops=dict(sorted(collections.Counter(n.op_type for n in model.graph.node if n.op_type != "EPContext").items())),
+        epcontext_by_source=_epcontext_by_source(epcontext),
+        remaining_ops=op_counts(model.graph.node, exclude=[EPCONTEXT]),
         inline_initializers=len(inline),
         inline_bytes=sum(len(t.raw_data) for t in inline),
         data_files=data_files,
@@ -145,7 +158,7 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
     )
     report.target = manifest.manifest.target if manifest.manifest else None
     report.compatibility = _compatibility(model)
-    report.problems = _problems(report)
+    report.problems = field_problems + _problems(report)
     for stage in pending_publishes(path.parent):
         report.problems.append(f"an interrupted publish is pending in {path.parent} ({stage}): files may mix two outputs; "
                                "run the compile again to finish it")
@@ -165,16 +178,16 @@ def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:
     return int(layout.get("align", DEFAULT_ALIGN)), int(layout.get("align_threshold", DEFAULT_ALIGN_THRESHOLD))
 
 
-def _initializer_layout(model: Any, directory: Path, align: int, threshold: int) -> tuple[list[DataFileUse], dict[str, Any]]:
-    import onnx
-
+def _initializer_layout(model: Any, directory: Path, align: int, threshold: int) -> tuple[list[DataFileUse], dict[str, Any], list[str]]:
+    """Data files by every external tensor (subgraphs' and Constant values too), alignment, and unreadable fields."""
     files: dict[str, DataFileUse] = {}
-    large, unaligned = 0, []
-    for tensor in model.graph.initializer:
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+    large, unaligned, problems = 0, [], []
+    for site in iter_tensors(model):
+        ref, unreadable = lenient_external_ref(site.tensor)
+        if ref is None:
             continue
-        fields = {_text(e.key): _text(e.value) for e in tensor.external_data}
-        location, offset, length = fields.get("location", ""), _int(fields.get("offset")), _int(fields.get("length"))
+        problems += [f"tensor {site.name!r} {problem}" for problem in unreadable]
+        location, offset, length = ref.location, ref.offset, ref.length_or(_own_size(site.tensor)) or 0
         use = files.setdefault(location, _data_file(directory, location))
         use.tensors += 1
         use.referenced_bytes += length
@@ -182,56 +195,45 @@ def _initializer_layout(model: Any, directory: Path, align: int, threshold: int)
         if length >= threshold:
             large += 1
             if offset % align:
-                unaligned.append({"name": tensor.name, "file": location, "offset": offset, "length": length})
+                unaligned.append({"name": site.name, "file": location, "offset": offset, "length": length})
     alignment = {"align": align, "threshold": threshold, "large_tensors": large, "aligned": large - len(unaligned), "unaligned": unaligned}
-    return sorted(files.values(), key=lambda f: f.name), alignment
+    return sorted(files.values(), key=lambda f: f.name), alignment, problems
+
+
+def _own_size(tensor: Any) -> int | None:
+    """What a reference without a length covers: the tensor's own size (None when its type or shape does not say)."""
+    try:
+        return tensor_nbytes(tensor.data_type, tensor.dims)
+    except ValueError:
+        return None
 
 
 def _data_file(directory: Path, location: str) -> DataFileUse:
     use = DataFileUse(location)
     try:
-        relative = Path(location)
-        base = directory.resolve()
-        if not location or relative.is_absolute() or ".." in relative.parts or not (base / relative).resolve().is_relative_to(base):
-            use.safe = False
-        elif (directory / relative).is_file():
-            use.size = (directory / relative).stat().st_size
-    except (OSError, RuntimeError, ValueError):  # symlink loops, names too long, NUL bytes: not a usable path
+        target = resolve_inside(directory, location)
+        if target.is_file():
+            use.size = target.stat().st_size
+    except (UnsafePath, OSError):  # OSError: a name the filesystem refuses to stat is not a usable path either
         use.safe = False
     return use
 
 
-def _int(value: Any, default: int = 0) -> int:
-    """A number from a protobuf string/int field; malformed values count as `default` (reported elsewhere)."""
-    try:
-        number = int(value)
-    except (TypeError, ValueError, OverflowError):
-        return default
-    return number
-
-
-def _attributes(node: Any) -> dict[str, Any]:
-    import onnx
-
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute if a.name != "ep_cache_context"}
-
-
-def _epcontext_entry(node: Any, directory: Path) -> dict[str, Any]:
-    attrs = _attributes(node)
-    cache = next((a.s for a in node.attribute if a.name == "ep_cache_context"), b"")
-    embed_mode = _int(attrs.get("embed_mode", 1), default=-1)
+def _epcontext_entry(node: Any, directory: Path, problems: list[str]) -> dict[str, Any]:
+    attrs = epcontext_attrs(node)
+    problems += [f"EPContext node {node.name!r}: {problem}" for problem in attrs.problems]
     entry: dict[str, Any] = {
         "name": node.name,
-        "source": _text(attrs.get("source")),
-        "partition_name": _text(attrs.get("partition_name")),
-        "main_context": _int(attrs.get("main_context", 1), default=-1),
-        "embed_mode": embed_mode,
-        "ep_sdk_version": _text(attrs.get("ep_sdk_version")),
+        "source": attrs.source,
+        "partition_name": attrs.partition_name,
+        "main_context": -1 if attrs.main_context is None else attrs.main_context,  # -1: unreadable
+        "embed_mode": -1 if attrs.embed_mode is None else attrs.embed_mode,
+        "ep_sdk_version": attrs.ep_sdk_version,
         "blob": None,
-        "embedded_bytes": len(cache) if embed_mode == 1 else 0,
+        "embedded_bytes": attrs.embedded_bytes,
     }
-    if embed_mode == 0 and cache:
-        use = _data_file(directory, cache.decode("utf-8", errors="replace"))
+    if attrs.blob_location is not None:
+        use = _data_file(directory, attrs.blob_location)
         entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None,
                          "unsafe_path": not use.safe, "shared": False}
     return entry
@@ -244,27 +246,15 @@ def _compiled_ops(manifest: ManifestStatus, epcontext: list[dict[str, Any]]) -> 
     return manifest.manifest.nodes.get("compiled_ops") if manifest.manifest else None
 
 
-def _epcontext_by_source(model: Any) -> dict[str, int]:
+def _epcontext_by_source(epcontext: list[dict[str, Any]]) -> dict[str, int]:
     """EPContext nodes per EP that produced them."""
-    counter = collections.Counter(_text(_attributes(n).get("source")) or "unknown" for n in model.graph.node if n.op_type == "EPContext")
-    return dict(sorted(counter.items()))
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else ("" if value is None else str(value))
+    return dict(sorted(collections.Counter(entry["source"] or "unknown" for entry in epcontext).items()))
 
 
 def _value_info(value_info: Any) -> dict[str, Any]:
-    import onnx
-
     tensor_type = value_info.type.tensor_type
-    dims: list[int | str] = []
-    for dim in tensor_type.shape.dim:
-        dims.append(int(dim.dim_value) if dim.HasField("dim_value") else (dim.dim_param or "?"))
-    try:
-        elem = onnx.TensorProto.DataType.Name(tensor_type.elem_type) if tensor_type.elem_type else "UNDEFINED"
-    except ValueError:
-        elem = f"unknown({tensor_type.elem_type})"
+    dims = ["?" if d is None else d for d in input_dims(value_info)]
+    elem = dtype_name(tensor_type.elem_type) or f"unknown({tensor_type.elem_type})"
     return {"name": value_info.name, "dtype": elem.lower(), "shape": dims, "dynamic": any(isinstance(d, str) for d in dims)}
 
 

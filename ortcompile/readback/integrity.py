@@ -9,6 +9,7 @@ from typing import Any
 from ortcompile.naming import manifest_path_for
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import FileEntry, Manifest, ManifestError
+from ortcompile.paths import UnsafePath, resolve_inside
 
 
 @dataclass(frozen=True)
@@ -16,11 +17,14 @@ class FileStatus:
     name: str
     role: str
     expected_size: int
-    actual_size: int | None  # None: missing
+    actual_size: int | None  # None: missing (or unsafe)
     sha256_ok: bool | None  # None: not hashed
+    unsafe: str = ""  # why the name may not be opened (a symlink leading out of the output directory)
 
     @property
     def problem(self) -> str:
+        if self.unsafe:
+            return f"unsafe path: {self.unsafe}"
         if self.actual_size is None:
             return "missing"
         if self.actual_size != self.expected_size:
@@ -87,7 +91,10 @@ def check_manifest(model_path: Path, hash_files: bool) -> ManifestStatus:
 
 
 def _check_file(directory: Path, entry: FileEntry, hash_files: bool) -> FileStatus:
-    target = directory / entry.name
+    try:  # the name is plain (Manifest.load checks that), but a file of that name may be a link leading elsewhere
+        target = resolve_inside(directory, entry.name, plain=True)
+    except UnsafePath as exc:
+        return FileStatus(entry.name, entry.role, entry.size, None, None, exc.reason)
     if not target.is_file():
         return FileStatus(entry.name, entry.role, entry.size, None, None)
     actual = target.stat().st_size
