@@ -35,10 +35,8 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
         for io in report[kind]:
             lines.append(f"{kind[:-1]:<10} {io['name']} {io['dtype']}{_shape(io)}{'  (* symbolic)' if io['dynamic'] else ''}")
     nodes = report["nodes"]
-    if nodes["compiled_ops"] is None:
-        compiled = "unknown without a manifest"
-    else:
-        compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none"
+    known = nodes["compiled_ops"] is not None
+    compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none" if known else "unknown without a manifest"
     remaining = ", ".join(f"{op} {n}" for op, n in nodes["remaining_ops"].items()) or "none"
     lines += [f"nodes      {nodes['epcontext']} EPContext; compiled: {compiled}; remaining: {remaining}"]
     for node in report["epcontext_nodes"]:
@@ -58,7 +56,12 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
     if report.get("target"):
         target = report["target"]
         options = " ".join(f"{k}={v}" for k, v in target.get("options", {}).items())
-        lines.append(f"target     {target['name']}{' (default)' if target.get('default') else ''}{' (virtual)' if target.get('virtual') else ''} {options}".rstrip())
+        marks = f"{' (default)' if target.get('default') else ''}{' (virtual)' if target.get('virtual') else ''}"
+        lines.append(f"target     {target['name']}{marks} {options}".rstrip())
+    for part in report.get("parts") or []:
+        remaining = ", ".join(f"{op} {n}" for op, n in part["remaining_ops"].items())
+        lines.append(f"part       {part['model']}: nodes {part['nodes'][0]}-{part['nodes'][1] - 1}, {human_size(part['weight_bytes'])} of weights, "
+                     f"{plural(part['epcontext'], 'EPContext node')}{'; on CPU: ' + remaining if remaining else ''}")
     for ep, compat in report.get("compatibility", {}).items():
         decoded = compat["decoded"]
         shown = ", ".join(f"{k} {v}" for k, v in decoded.items() if k not in ("format",) and v not in ("", None, [], False)) if decoded else compat["info"]
@@ -138,7 +141,7 @@ def bench_text(report: dict[str, Any]) -> list[str]:
         if m["reload_seconds_saved_vs_source"] is not None:
             line += f"; reloads saved {m['reload_seconds_saved_vs_source']:.2f}s vs loading the source ({m['source_load_seconds']:.2f}s)"
         lines.append(line)
-    lines.append(f"memory     baseline {human_size(report['baseline_rss_bytes'])} (EP start-up {human_size(report['ep_startup_rss_bytes'])}), pool peak {human_size(report['pool_peak_rss_bytes'])}, "
-                 f"process peak {human_size(report['process_peak_rss_bytes'])}")
+    lines.append(f"memory     baseline {human_size(report['baseline_rss_bytes'])} (EP start-up {human_size(report['ep_startup_rss_bytes'])}), "
+                 f"pool peak {human_size(report['pool_peak_rss_bytes'])}, process peak {human_size(report['process_peak_rss_bytes'])}")
     lines.append("result     " + ("ok" if report["ok"] else "MISMATCH"))
     return lines

@@ -97,9 +97,11 @@ def plan_record(job: CompileJob | SplitJob, digest: InputDigest, parts_dir: Path
 
 def part_options(options: CompileOptions) -> CompileOptions:
     """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
-    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried."""
+    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
+    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
+    on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
-                               force=True, if_changed=False, verify=False, inputs={})
+                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False)
 
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,

@@ -45,7 +45,8 @@ class PrepareSummary:
     def describe(self) -> str:
         removed = ", ".join(f"{op} -{n}" for op, n in sorted(self.removed_ops.items(), key=lambda kv: -kv[1])[:8])
         frozen = f"frozen {', '.join(f'{k}={v}' for k, v in self.frozen.items())} ({len(self.inlined)} If taken); " if self.frozen else ""
-        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization" + (f" ({removed})" if removed else "")
+        removed = f" ({removed})" if removed else ""
+        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}"
 
     def to_record(self) -> dict[str, Any]:
         """For the manifest: what was done to the graph (deterministic: no times)."""

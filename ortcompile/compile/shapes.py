@@ -36,7 +36,8 @@ class Pins:
         )
 
     def to_json(self) -> dict[str, object]:
-        return {"dims": dict(sorted(self.named.items())), "unnamed": {k: {str(a): v for a, v in sorted(axes.items())} for k, axes in sorted(self.unnamed.items())}}
+        unnamed = {k: {str(a): v for a, v in sorted(axes.items())} for k, axes in sorted(self.unnamed.items())}
+        return {"dims": dict(sorted(self.named.items())), "unnamed": unnamed}
 
 
 def parse_fix_dims(pairs: Iterable[str | tuple[str, str]] | Mapping[str, str | int]) -> dict[str, int]:

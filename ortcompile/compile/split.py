@@ -164,7 +164,7 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
     each part with them and stitches into `stitch_output`."""
     from ortcompile.compile.job import plan_source
-    from ortcompile.compile.parts import part_budget, plan_record
+    from ortcompile.compile.parts import part_budget, part_options, plan_record
     from ortcompile.output.digest import digest_inputs
     from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
 
@@ -180,7 +180,8 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
             reporter.stage(f"splitting {source.path.name}")
             staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(job, digest, out))
             result = SplitResult(out, staged.stem, staged.plan, staged.parts)
-            _write_bytes(staging.path / fragment_name(result.stem), make_fragment(result, part_cli_args(options), stitch_output).encode())
+            args = part_cli_args(part_options(options))
+            _write_bytes(staging.path / fragment_name(result.stem), make_fragment(result, args, stitch_output).encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
             stale = _previous_split(out / plan_file_name(result.stem), files)
             staging.publish(files, [], options.force, [source.path, *source.external_files])

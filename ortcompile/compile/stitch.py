@@ -152,8 +152,9 @@ class StitchJob:
         except OSError as exc:
             raise output_error(exc, f"outputs in {self.output_dir}") from exc
         self.timings["graph_pass"] = time.perf_counter() - clock
-        if self.ep.info.compiles and graph.epcontext_nodes == 0 and self.options.require_compiled:
-            raise CompilationFailed(f"{self.plan.source}: no part compiled a node for {self.ep.info.short_name}")
+        if self.ep.info.compiles and graph.epcontext_nodes == 0 and self.plan.options["require_compiled"]:
+            raise CompilationFailed(f"{self.plan.source}: {self.ep.info.short_name} took no node of any part; "
+                                    "pass --allow-partial to publish it for the CPU EP")
         return Built(self, files, graph, step)
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:

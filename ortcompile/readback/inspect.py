@@ -75,6 +75,7 @@ class InspectReport:
     manifest: ManifestStatus | None = None
     problems: list[str] = field(default_factory=list)
     target: dict[str, Any] | None = None  # what the EP compiled for, from the manifest
+    parts: list[dict[str, Any]] | None = None  # a stitched model (--partition, stitch): its parts, from the manifest
     compatibility: dict[str, Any] = field(default_factory=dict)  # EP -> {info, decoded}: ORT's ep_compatibility_info metadata
 
     def to_json(self) -> dict[str, Any]:
@@ -103,6 +104,7 @@ class InspectReport:
             "alignment": self.alignment,
             "manifest": self.manifest.to_json() if self.manifest else None,
             "target": self.target,
+            "parts": self.parts,
             "compatibility": self.compatibility,
             "problems": self.problems,
         }
@@ -157,6 +159,7 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
         manifest=manifest if manifest.found else None,
     )
     report.target = manifest.manifest.target if manifest.manifest else None
+    report.parts = list(manifest.manifest.parts) if manifest.manifest and manifest.manifest.parts else None
     report.compatibility = _compatibility(model)
     report.problems = field_problems + _problems(report)
     for stage in pending_publishes(path.parent):

@@ -166,7 +166,8 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
             stat.mismatches.append({"run": len(stat.run_seconds), **comparison.to_json()})
 
 
-def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int], given: dict[str, Given]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int],
+               given: dict[str, Given]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
     """Seeded inputs, the source's outputs on the CPU EP, and how long the source takes to load on the pool's EP."""
     on_ep = open_session(source, pool.ep, dims)
     load_seconds = on_ep.seconds

@@ -1,0 +1,196 @@
+"""--partition, split and stitch on small models (issue 13); the multi-gigabyte runs are in test_large_partition.py.
+
+A 36 MiB MatMul/Add chain in 3 QNN partitions (Sinh between them, on the CPU EP) compiled whole and as parts of
+at most 10 MiB of weights: 5 parts, stitched into one model that loads in one QNN session.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+try:
+    from bigmodel import write_qnn_model
+    from helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+except ImportError:  # pragma: no cover
+    from tests.bigmodel import write_qnn_model
+    from tests.helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+
+pytest.importorskip("onnxruntime_qnn")
+
+BUDGET = "10MiB"
+# QNN's default target (HTP v73) computes in fp16. The same ops compiled whole or as parts give the same HTP
+# graphs: measured bit-identical outputs. Against the CPU EP, fp16's criterion of verify (20 dB SNR, cosine 0.995).
+MIN_SNR_DB, MIN_COSINE = 20.0, 0.995
+
+
+def _json(proc: Any) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def chain(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_qnn_model(tmp_path_factory.mktemp("chain"), "chain", partitions=3, layers_per_partition=3, width=1024).path
+
+
+@pytest.fixture(scope="module")
+def whole(chain: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("whole")
+    _json(run_cli("compile", chain, "-o", out, "--ep", "qnn", "--json"))
+    return out / "chain_ctx.onnx"
+
+
+@pytest.fixture(scope="module")
+def partitioned(chain: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    out = tmp_path_factory.mktemp("partitioned")
+    result = _json(run_cli("compile", chain, "-o", out, "--ep", "qnn", "--partition", BUDGET, "--jobs", "2", "--json"))["outputs"][0]
+    return out, result
+
+
+def test_partitioned_compile_is_one_model_of_several_parts(partitioned: tuple[Path, dict[str, Any]]) -> None:
+    out, result = partitioned
+    parts = result["parts"]["parts"]
+    assert len(parts) >= 4, "36 MiB of weights in parts of at most 10 MiB"
+    assert all(p["weight_bytes"] <= 10 << 20 for p in parts)
+    assert all(p["check"] is True and p["peak_rss_bytes"] > 0 for p in parts), "every part is checked on its own when it compiles"
+    assert sorted(p.name for p in out.iterdir()) == ["chain_ctx.manifest.json", "chain_ctx.onnx"], "one model, one manifest, no leftovers"
+    manifest = json.loads((out / "chain_ctx.manifest.json").read_text())
+    assert [p["model"] for p in manifest["parts"]] == [f"chain.part{i:02d}.onnx" for i in range(len(parts))]
+    assert manifest["check"] == {"mode": "run", "passed": True, "criterion": manifest["check"]["criterion"], "inputs": "generated (seeded)"}
+    assert manifest["nodes"]["remaining_ops"] == {"Sinh": 2}, "the CPU nodes between QNN partitions stay where they were"
+    assert manifest["options"]["partition"] == {"budget": 10 << 20, "max_context_size": None}
+
+
+def test_partitioned_output_computes_what_the_whole_compile_does(chain: Path, whole: Path, partitioned: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = partitioned
+    stitched, single, source = qnn_session(out / "chain_ctx.onnx"), qnn_session(whole), cpu_session(chain)
+    for seed in (0, 1):
+        feed = seeded_inputs(source, seed)
+        reference = source.run(None, feed)[0].astype(np.float64).ravel()
+        got, expected = stitched.run(None, feed)[0], single.run(None, feed)[0]
+        np.testing.assert_array_equal(got, expected)
+        got = got.astype(np.float64).ravel()
+        snr_db = 10 * np.log10(np.sum(reference**2) / np.sum((got - reference) ** 2))
+        cosine = got @ reference / (np.linalg.norm(got) * np.linalg.norm(reference))
+        assert snr_db >= MIN_SNR_DB and cosine >= MIN_COSINE, (snr_db, cosine)
+
+
+def test_split_compile_stitch_gives_the_bytes_of_partition(chain: Path, partitioned: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    out, _ = partitioned
+    parts, compiled, stitched = tmp_path / "parts", tmp_path / "compiled", tmp_path / "stitched"
+    split = _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", BUDGET, "--json"))
+    names = [Path(p["model"]).name for p in split["parts"]]
+    assert names == [f"chain.part{i:02d}.onnx" for i in range(len(names))]
+    assert (parts / "chain.skeleton.onnx").is_file() and (parts / "chain.parts.mk").is_file()
+    for name in names:  # each part is a standalone model: any machine could compile it
+        onnx.checker.check_model(str(parts / name))
+        _json(run_cli("compile", parts / name, "-o", compiled, "--ep", "qnn", "--allow-partial", "--json"))
+    _json(run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", stitched, "--json"))
+    assert snapshot(stitched) == snapshot(out), "split + compile + stitch must give the bytes --partition gives, manifest included"
+
+
+def test_make_fragment_compiles_the_parts_in_parallel_and_stitches(chain: Path, partitioned: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed (CI installs it): the Make fragment cannot be tested")
+    out, _ = partitioned
+    _json(run_cli("split", chain, "-o", "parts", "--ep", "qnn", "--partition", BUDGET, "--stitch-output", "built", "--json", cwd=tmp_path))
+    proc = subprocess.run(["make", "-f", "parts/chain.parts.mk", "-j", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("ortcompile compile") == 5 and "ortcompile stitch" in proc.stdout
+    assert snapshot(tmp_path / "built") == snapshot(out)
+    again = subprocess.run(["make", "-f", "parts/chain.parts.mk"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert "ortcompile" not in again.stdout, "nothing to do when every part and the stitch are current"
+
+
+def test_stitch_refuses_missing_and_foreign_parts(chain: Path, tmp_path: Path) -> None:
+    parts, compiled = tmp_path / "parts", tmp_path / "compiled"
+    _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", "20MiB", "--json"))
+    _json(run_cli("compile", parts / "chain.part00.onnx", "-o", compiled, "--ep", "qnn", "--allow-partial", "--json"))
+    missing = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
+    assert missing.returncode == 2 and "part chain.part01.onnx is not compiled" in missing.stderr
+    _json(run_cli("compile", parts / "chain.part01.onnx", "-o", compiled, "--ep", "cpu", "--json"))
+    foreign = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
+    assert foreign.returncode == 2 and "part chain.part01.onnx was not compiled as planned" in foreign.stderr
+    assert not (tmp_path / "out").exists(), "a refused stitch leaves no output directory"
+    not_a_plan = run_cli("stitch", chain, "--parts", compiled, "-o", tmp_path / "out")
+    assert not_a_plan.returncode == 3 and "not a parts plan written by ortcompile split" in not_a_plan.stderr
+
+
+def _failing_tail_model(path: Path) -> Path:
+    """Two 4 MiB layers, then the HTP graph that fails to finalize (helpers.finalize_failing_model): with parts of
+    5 MiB, the second part (the second layer and the tail) fails while the first compiles."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((1024, 1024)) / 32).astype(np.float32), f"W{i}") for i in range(2)]
+    inits += [numpy_helper.from_array((rng.standard_normal((1024, 16)) / 32).astype(np.float32), "Wt"),
+              numpy_helper.from_array(np.array([1, 1, 4, 4], np.int64), "shape"), numpy_helper.from_array(np.ones((1, 1, 3, 3), np.float32), "k")]
+    nodes = [helper.make_node("MatMul", ["x", "W0"], ["h0"]), helper.make_node("MatMul", ["h0", "W1"], ["h1"]),
+             helper.make_node("MatMul", ["h1", "Wt"], ["a"]), helper.make_node("Relu", ["a"], ["b"]), helper.make_node("Sinh", ["b"], ["c"]),
+             helper.make_node("Reshape", ["c", "shape"], ["d"]),
+             helper.make_node("ConvTranspose", ["d", "k"], ["y"], strides=[7, 7], output_padding=[6, 6])]
+    graph = helper.make_graph(nodes, "tail", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1, 30, 30])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(path), save_as_external_data=True, location=f"{path.name}.data", size_threshold=1024)
+    return path
+
+
+def test_a_failing_part_fails_the_compile_naming_it_and_publishes_nothing(tmp_path: Path) -> None:
+    model = _failing_tail_model(tmp_path / "tail.onnx")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("unrelated")
+    proc = run_cli("compile", model, "-o", out, "--ep", "qnn", "--partition", "5MiB")
+    assert proc.returncode == 1, proc.stderr
+    assert "part tail.part01.onnx: qnn: compilation failed: Failed to finalize QNN graph" in proc.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"], "no output, no staging directory, no parts left behind"
+
+
+def test_shared_weights_are_stored_once(tmp_path: Path) -> None:
+    """One 4 MiB weight read by the first and the last layer: both parts carry it, the stitched data holds it once."""
+    rng = np.random.default_rng(1)
+    weights = {n: (rng.standard_normal((1024, 1024)) / 32).astype(np.float32) for n in ("A", "B", "C")}
+    nodes = [helper.make_node("MatMul", ["x", "A"], ["h0"]), helper.make_node("MatMul", ["h0", "B"], ["h1"]),
+             helper.make_node("MatMul", ["h1", "C"], ["h2"]), helper.make_node("MatMul", ["h2", "A"], ["y"])]
+    graph = helper.make_graph(nodes, "shared", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1024])],
+                              [numpy_helper.from_array(w, n) for n, w in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    path = tmp_path / "shared.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="shared.onnx.data")
+    result = _json(run_cli("compile", path, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "5MiB", "--json"))["outputs"][0]
+    assert len(result["parts"]["parts"]) >= 3
+    data = tmp_path / "out" / "shared_ctx.onnx.data"
+    assert 3 * 4 << 20 <= data.stat().st_size < 4 * 4 << 20, "A is read by two parts but stored once"
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 1024)).astype(np.float32)}
+    np.testing.assert_array_equal(cpu_session(tmp_path / "out" / "shared_ctx.onnx").run(None, feed)[0], cpu_session(path).run(None, feed)[0])
+
+
+def test_inspect_shows_the_parts(partitioned: tuple[Path, dict[str, Any]]) -> None:
+    out, _ = partitioned
+    proc = run_cli("inspect", out / "chain_ctx.onnx")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("part ")]
+    assert len(lines) >= 4 and lines[0].startswith("part       chain.part00.onnx: nodes 0-")
+    report = _json(run_cli("inspect", out / "chain_ctx.onnx", "--json"))
+    assert [p["model"] for p in report["parts"]][:2] == ["chain.part00.onnx", "chain.part01.onnx"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--jobs", "2"], "--jobs/--memory-budget schedule the parts of --partition"),
+    (["--partition", "0B"], "--partition"),
+])
+def test_partition_usage_errors(chain: Path, tmp_path: Path, args: list[str], needle: str) -> None:
+    proc = run_cli("compile", chain, "-o", tmp_path / "out", "--ep", "qnn", *args)
+    assert proc.returncode == 2 and needle in proc.stderr
+    assert not (tmp_path / "out").exists()
