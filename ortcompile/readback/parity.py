@@ -120,9 +120,7 @@ def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[d
     specs, hints = specs_from_session(session), read_hints(request.source)
     runs = [make_feeds(specs, seed=seed, dims=request.dims, given=request.given, hints=hints) for seed in request.seeds]
     report.dims, report.guessed = dict(runs[0].dims), dict(runs[0].guessed)
-    report.notes = list(runs[0].notes)
-    if report.guessed:
-        report.notes.append("guessed dims: " + ", ".join(f"{k}={v}" for k, v in sorted(report.guessed.items())))
+    report.notes = list(runs[0].notes)  # make_feeds already notes the guessed dims
     return [run.arrays for run in runs]
 
 
