@@ -86,6 +86,9 @@ def _compare_floats(base: dict[str, Any], got: np.ndarray, want: np.ndarray, cri
     g, w = got.astype(np.float64), want.astype(np.float64)
     both_finite = np.isfinite(g) & np.isfinite(w)
     close = np.isclose(g, w, rtol=criterion.rtol, atol=criterion.atol, equal_nan=True)
+    if criterion.kind == "parity":  # fp16 saturates where fp32 overflows: +-65504 (or beyond) is the reference's +-inf
+        with np.errstate(invalid="ignore"):
+            close |= np.isinf(w) & (np.sign(w) * g >= FP16_MAX)
     with np.errstate(invalid="ignore"):  # inf - inf: those elements are masked out just below
         abs_diff = np.where(both_finite, np.abs(g - w), 0.0)  # inf/nan placement differences count as mismatches
     # Near zero, relative error means nothing: the atol floor. Over finite pairs only (verify.compare_outputs
