@@ -87,6 +87,8 @@ def criterion_settings(values: dict[str, Any]) -> dict[str, Any]:
 
 def given_inputs(input_args: tuple[str, ...], inputs_file: str | None) -> dict[str, Any]:
     """--input and --inputs as readback.given.Given values (--input wins over the file for the same name)."""
+    if not input_args and not inputs_file:
+        return {}  # numpy stays unimported: `compile --if-changed` on a current output must start fast (docs/cli.md)
     from ortcompile.readback.given import load_inputs, parse_input
 
     given = dict(load_inputs(inputs_file)) if inputs_file else {}
