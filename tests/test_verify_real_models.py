@@ -25,8 +25,8 @@ compiling it a second time and proves nothing about the outputs.
   If on `sr == 16000` selects the 16 kHz network, compiled with `--ep cpu` (its pinned 8 kHz branch does not
   prepare for QNN: corpus-findings section 1).
 
-Runtime: ~3 min on the shared 2-core dev machine (det 52 s, rxnmap 41 s, common 20 s, rec 15 s: compile and one
-run each; the silero models and the failing compiles take seconds).
+Runtime: 2-3.5 min on the shared 2-core dev machine (det 52 s, rxnmap 41 s, common 20 s, rec 15 s under load:
+compile and one run each; the silero models and the failing compiles take seconds).
 """
 
 from __future__ import annotations
