@@ -8,8 +8,9 @@
 #   ORTCOMPILE   how to run ortcompile               (default: ortcompile)
 #   EP           execution provider                  (default: auto = QNN when installed)
 #   FIX_DIMS     symbolic dims to pin, "batch=1 seq=128" (NPU EPs need static shapes)
-#   RTOL, ATOL   element-by-element tolerances for --verify and verify (default: the EP precision's criterion)
-#   PRECISION    judge outputs as an EP of this precision: fp32 (element by element), fp16, quantized (parity)
+#   PRECISION    judge outputs as an EP of this precision: fp32, fp16, quantized (default: the EP's; QNN = fp16)
+#   RTOL, ATOL   elementwise tolerances for --verify and verify (default: the precision's, docs/verify.md)
+#   MIN_SNR      fp16/quantized: minimum SNR in dB (default: the precision's, 20 dB for fp16)
 #   RUNS         seeded runs for the final verify    (default: 3)
 #
 # Produces, in ARTIFACT_DIR:
@@ -39,11 +40,12 @@ reports="$ARTIFACTS/reports"
 compiled="$build/${stem}_ctx.onnx"
 
 tolerance=()
+[[ -n ${PRECISION:-} ]] && tolerance+=(--precision "$PRECISION")
 [[ -n ${RTOL:-} ]] && tolerance+=(--rtol "$RTOL")
 [[ -n ${ATOL:-} ]] && tolerance+=(--atol "$ATOL")
-[[ -n ${PRECISION:-} ]] && tolerance+=(--precision "$PRECISION")
-dims=()
-for dim in ${FIX_DIMS:-}; do dims+=(--fix-dim "$dim"); done
+[[ -n ${MIN_SNR:-} ]] && tolerance+=(--min-snr "$MIN_SNR")
+pins=() dims=()
+for dim in ${FIX_DIMS:-}; do pins+=(--fix-dim "$dim"); dims+=(--dim "$dim"); done
 
 # step NAME REPORT COMMAND...: run one ortcompile step with its JSON on stdout saved as REPORT; on failure say
 # which step and why (ortcompile's own one-line error is already on stderr), keep the report, and stop with
@@ -71,7 +73,7 @@ mkdir -p "$reports"
 #    published, on mismatch). A fresh output directory: --force is not needed and stale files cannot leak in.
 # shellcheck disable=SC2086  # ORTCOMPILE may be a command with arguments ("python -m ortcompile")
 step compile "$reports/compile.json" \
-    $ORTCOMPILE compile "$MODEL" -o "$build" --ep "$EP" "${dims[@]}" --verify "${tolerance[@]}" --json
+    $ORTCOMPILE compile "$MODEL" -o "$build" --ep "$EP" "${pins[@]}" --verify "${tolerance[@]}" --json
 
 # 2. Record what was built, and gate on it: --check hashes every file against the manifest (exit 5 on any
 #    missing, short, unsafe or changed file). The JSON is written either way.

@@ -25,7 +25,8 @@ MODEL_KEYS = {"name", "model", "reference", "loads", "reloads", "hits", "evictio
               "footprint_bytes", "source_load_seconds", "reload_seconds_saved_vs_source", "mismatches"}
 TOP_KEYS = {"format", "ok", "ep", "memory_budget_bytes", "cycles", "graph_capture", "baseline_rss_bytes", "ep_startup_rss_bytes",
             "pool_peak_rss_bytes", "process_peak_rss_bytes", "models", "events"}
-MISMATCH_KEYS = {"run", "name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok"}
+MISMATCH_KEYS = {"run", "name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok",  # readback.compare.OutputComparison
+                 "criterion", "exact", "snr_db", "psnr_db", "cosine", "top1", "top1_rows", "topk", "nonfinite", "note"}
 MISSING_OUTPUT_KEYS = {"run", "name", "ok", "reason"}  # an output the reference has and the model lacks
 SIZE = r"\d+(\.\d)? (B|KiB|MiB|GiB)"
 
@@ -173,6 +174,9 @@ def test_wrong_reference_fails_with_exit_5(as_json: bool, built: dict[str, Path]
         for m in mlp["mismatches"]:
             assert m["shape"] == [1, 256] and m["dtype"] == "float32" and m["max_abs"] > 0.1 and 0 < m["mismatches"] <= m["total"] == 256
             assert m["ok"] is False
+            # Judged as verify judges QNN (fp16 parity): other weights are uncorrelated, far below 20 dB / 0.995.
+            assert m["criterion"] == "parity" and m["snr_db"] < 3 and m["cosine"] < 0.5
+            assert m["reason"].startswith(f"SNR {m['snr_db']:.1f} dB < 20 dB; ")
     else:
         lines = proc.stdout.splitlines()
         assert lines[1].startswith("model      split_ctx:") and lines[1].endswith("; ok")

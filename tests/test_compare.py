@@ -173,6 +173,9 @@ def test_non_finite_values() -> None:
     assert not nan_where_finite.ok and nan_where_finite.nonfinite == 1 and "NaN or inf where the source's are not" in nan_where_finite.reason
     saturated = np.array([1.0, -65504.0, np.nan, 4.0], np.float32)  # fp16's most negative value stands for -inf
     assert compare_output("y", saturated, want, FP16).ok and not compare_output("y", saturated, want, FP32).ok
+    # Every element saturated (nothing finite to compute metrics on): still a match, and not a mismatched element.
+    overflowed = compare_output("y", np.full(4, 65504.0, np.float32), np.full(4, np.inf, np.float32), FP16)
+    assert overflowed.ok and overflowed.mismatches == 0 and overflowed.reason == ""
     assert not compare_output("y", np.array([1.0, -100.0, np.nan, 4.0], np.float32), want, FP16).ok
     assert strict_json(compare_output("y", np.array([np.inf] * 4, np.float32), want, FP16))["max_abs"] == 0.0
 

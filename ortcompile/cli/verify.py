@@ -31,7 +31,6 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
     """
     from ortcompile.cli.render import verify_text
     from ortcompile.compile.shapes import parse_fix_dims
-    from ortcompile.errors import VerificationFailed
     from ortcompile.native import set_ort_log_level
     from ortcompile.readback.verify import verify_model
 
@@ -43,4 +42,4 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
     report = result.to_json()
     out.result(report, verify_text(report))
     if not result.ok:
-        raise VerificationFailed(result.failure())
+        raise result.exception()

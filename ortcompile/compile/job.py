@@ -28,7 +28,7 @@ from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
 from ortcompile.compile.worker import Worker, fresh_worker
-from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, VerificationFailed, output_error
+from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
@@ -265,7 +265,8 @@ class CompileJob:
         report = verify_model(model, self.source.path, dims=self.pins.named, inputs=self.given_inputs(), time_source=False,
                               **self.options.verify_criterion)
         if not report.ok:
-            raise VerificationFailed(f"not published: {report.failure()}")
+            error = report.exception()
+            raise type(error)(f"not published: {error.message}")
         worst = max((o["max_abs"] or 0.0 for run in report.runs for o in run["outputs"]), default=0.0)
         self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
         self.timings["verify"] = time.perf_counter() - clock

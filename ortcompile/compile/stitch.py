@@ -214,7 +214,6 @@ class StitchJob:
                         check=check, target=first.target, parts=parts)
 
     def verify(self, model: Path) -> None:
-        from ortcompile.errors import VerificationFailed
         from ortcompile.readback.verify import verify_model
 
         assert self.source is not None  # plan_stitch refuses --verify without the source
@@ -223,7 +222,8 @@ class StitchJob:
         report = verify_model(model, self.source, dims=self.plan.dims, inputs=self._given(), time_source=False,
                               **self.options.verify_criterion)
         if not report.ok:
-            raise VerificationFailed(f"not published: {report.failure()}")
+            error = report.exception()
+            raise type(error)(f"not published: {error.message}")
         self.timings["verify"] = time.perf_counter() - clock
 
     def result(self, built: Built, manifest: Manifest) -> CompileResult:

@@ -17,6 +17,7 @@ from typing import Any
 from ortcompile.compile.epstep import EpRequest
 from ortcompile.options import CheckMode
 from ortcompile.readback.criteria import criterion_for
+from ortcompile.readback.feeds import GIVEN_NOTE
 from ortcompile.readback.given import Given
 from ortcompile.readback.parity import ParityReport, ParityRequest
 
@@ -32,7 +33,7 @@ def record(report: ParityReport) -> dict[str, Any]:
     result: dict[str, Any] = {"mode": report.mode, "passed": report.ok}
     if report.mode == "run":
         result["criterion"] = f"{report.criterion.get('kind')} ({report.criterion.get('precision')} check)"
-        result["inputs"] = "given and generated (seeded)" if any(n.startswith("given") for n in report.notes) else "generated (seeded)"
+        result["inputs"] = "given and generated (seeded)" if any(f": {GIVEN_NOTE} (" in n for n in report.notes) else "generated (seeded)"
     return result
 
 

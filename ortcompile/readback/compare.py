@@ -86,6 +86,9 @@ def _compare_floats(base: dict[str, Any], got: np.ndarray, want: np.ndarray, cri
     g, w = got.astype(np.float64), want.astype(np.float64)
     both_finite = np.isfinite(g) & np.isfinite(w)
     close = np.isclose(g, w, rtol=criterion.rtol, atol=criterion.atol, equal_nan=True)
+    if criterion.kind == "parity":  # fp16 saturates where fp32 overflows: +-65504 (or beyond) is the reference's +-inf
+        with np.errstate(invalid="ignore"):
+            close |= np.isinf(w) & (np.sign(w) * g >= FP16_MAX)
     with np.errstate(invalid="ignore"):  # inf - inf: those elements are masked out just below
         abs_diff = np.where(both_finite, np.abs(g - w), 0.0)  # inf/nan placement differences count as mismatches
     # Near zero, relative error means nothing: the atol floor. Over finite pairs only (verify.compare_outputs
@@ -205,7 +208,10 @@ def _metrics_failure(c: OutputComparison, criterion: Criterion) -> str:
     if criterion.min_psnr_db is not None and c.psnr_db is not None and c.psnr_db < criterion.min_psnr_db:
         return f"PSNR {c.psnr_db:.1f} dB < {criterion.min_psnr_db:g} dB"
     if criterion.min_cosine is not None and c.cosine is not None and c.cosine < criterion.min_cosine:
-        return f"cosine similarity {c.cosine:.4f} < {criterion.min_cosine:g}"
+        digits = 4  # enough to show the two apart: 0.99999987 < 0.9999999, not 1.0000 < 1
+        while round(c.cosine, digits) >= round(criterion.min_cosine, digits) and digits < 12:
+            digits += 1
+        return f"cosine similarity {c.cosine:.{digits}f} < {criterion.min_cosine:.{digits}g}"
     if criterion.min_top1 is not None and c.top1 is not None and c.top1 < criterion.min_top1:
         return f"argmax differs on {round((1 - c.top1) * c.top1_rows)}/{c.top1_rows} decisive rows (top-1 agreement {c.top1:.3f} < {criterion.min_top1:g})"
     return ""

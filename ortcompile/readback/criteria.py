@@ -87,7 +87,7 @@ class Criterion:
         else:
             parts = [f"SNR >= {self.min_snr_db:g} dB" if self.min_snr_db is not None else "",
                      f"PSNR >= {self.min_psnr_db:g} dB" if self.min_psnr_db is not None else "",
-                     f"cosine >= {self.min_cosine:g}" if self.min_cosine is not None else "",
+                     f"cosine >= {self.min_cosine:.10g}" if self.min_cosine is not None else "",
                      f"decisive top-1 agreement >= {self.min_top1:g}" if self.min_top1 is not None else ""]
             rule = (f"parity: every element within rtol={self.rtol:g} atol={self.atol:g}, else {', '.join(p for p in parts if p) or 'nothing more'}; "
                     f"integers equal on >= {self.min_equal_fraction:g} of elements")

@@ -2,7 +2,7 @@
 
 `make_feeds` picks, per input, in this order:
 
-1. an array or scalar the user gave (`given`), checked against the input (given.py);
+1. an array or scalar the user gave (`given`), checked against the input (given.py) and noted as `NAME: given (ORIGIN)`;
 2. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
 3. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
    random mask can mask everything and turn a softmax into NaN);
@@ -51,6 +51,7 @@ IMAGE_EXTENT = 64
 SEQUENCE_EXTENT = 256
 INTEGER_HIGH = 4  # integers without a hint are drawn from [0, 4): valid as small indices, token ids, axes
 STRING_VALUE = "ortcompile"
+GIVEN_NOTE = "given"  # the note on an input the user gave: "NAME: given (ORIGIN)"
 
 MASK_NAME = re.compile(r"mask", re.IGNORECASE)
 POSITION_NAME = re.compile(r"position|(^|[_./])pos(_?ids?)?$", re.IGNORECASE)
@@ -175,6 +176,7 @@ def make_feeds(
         shape = tuple(d if isinstance(d, int) else feeds.dims[spec.dim_key(a)] for a, d in enumerate(spec.dims))
         if spec.name in given:
             feeds.arrays[spec.name] = conform(spec, given[spec.name], shape)
+            feeds.notes.append(f"{spec.name}: {GIVEN_NOTE} ({given[spec.name].origin})")
         else:
             feeds.arrays[spec.name] = _generate(spec, shape, seed, (hints or {}).get(spec.name), feeds.notes)
     return feeds

@@ -5,7 +5,8 @@ unknown name, wrong rank, a fixed dim that does not match, a dtype that cannot b
 changing values. Conversions that keep every value are done silently, because files rarely carry the exact
 dtype (numpy saves float64 and int64 by default):
 
-- float inputs accept any float or integer array (float64 -> float32 rounds, as the model would anyway);
+- float inputs accept any float or integer array (float64 -> float32 rounds, as the model would anyway)
+  whose finite values fit the type (100000 would become inf in float16);
 - integer inputs accept integer or bool arrays whose values fit the input's type (int64 -> int32 is fine
   for token ids; a value out of range is an error), never floats;
 - bool inputs accept bools, or integers that are all 0 or 1;
@@ -138,7 +139,13 @@ def _conversion_problem(array: np.ndarray, dtype: np.dtype) -> str:
     if kind not in "biuf":
         return "not a numeric array"
     if dtype.kind == "f":
-        return "" if kind in "iuf" else "a float input needs numbers"
+        if kind not in "iuf":
+            return "a float input needs numbers"
+        finite = array[np.isfinite(array)] if kind == "f" else array
+        largest = float(np.max(np.abs(finite.astype(np.float64)), initial=0.0))
+        if largest > float(np.finfo(dtype).max):  # rounding is fine, becoming inf is not
+            return f"a value of magnitude {largest:g} overflows {dtype} (max {float(np.finfo(dtype).max):g})"
+        return ""
     if dtype.kind == "b":
         return "" if kind == "b" or (kind in "iu" and np.isin(array, (0, 1)).all()) else "a bool input needs bools or 0/1"
     if kind == "f":

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.epstep import EpRequest
-from ortcompile.errors import InvalidModel, OrtCompileError, ort_reason
+from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.given import Given
@@ -49,6 +49,7 @@ class ParityReport:
     mode: str
     ok: bool = True
     error: str = ""  # one line: what failed, with the EP's root cause
+    exit_code: int = VerificationFailed.exit_code  # of the failure: 5 outputs differ; 1 a session could not be created or run
     hint: str = ""  # the likely cause and what to try
     seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
@@ -77,10 +78,10 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
             if request.time_source_on_ep and ep.name != CPU_EP:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
             _compare_with_source(request, feeds, outputs, report)
-    except InvalidModel:
-        raise  # the source itself does not load: invalid input, not a failed comparison
+    except (InvalidModel, UsageError):
+        raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:
-        report.ok, report.error = False, exc.message
+        report.ok, report.error, report.exit_code = False, exc.message, exc.exit_code
         report.hint = likely_cause(exc.detail or exc.message) or _switch_hint(request.source)
     return report
 
@@ -131,9 +132,7 @@ def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[d
     specs, hints = specs_from_session(session), read_hints(request.source)
     runs = [make_feeds(specs, seed=seed, dims=request.dims, given=request.given, hints=hints) for seed in request.seeds]
     report.dims, report.guessed = dict(runs[0].dims), dict(runs[0].guessed)
-    report.notes = list(runs[0].notes)
-    if report.guessed:
-        report.notes.append("guessed dims: " + ", ".join(f"{k}={v}" for k, v in sorted(report.guessed.items())))
+    report.notes = list(runs[0].notes)  # make_feeds already notes the guessed dims
     return [run.arrays for run in runs]
 
 

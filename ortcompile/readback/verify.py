@@ -22,7 +22,7 @@ from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest
 from ortcompile.compile.shapes import resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.errors import CompilationFailed, InvalidModel, UsageError
+from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
@@ -62,7 +62,14 @@ class VerifyReport:
             return "integrity check failed: " + "; ".join(manifest_problems + self.structure_problems)
         if self.error:
             return self.error
-        return self.parity.error if self.parity else "nothing was run"
+        return self.parity.failure() if self.parity else "nothing was run"
+
+    def exception(self) -> OrtCompileError:
+        """The error for a failed verification: exit 5 when the model differs (files, outputs), exit 1 when a
+        session could not be created or run (the EP's own message: not a verdict on the outputs)."""
+        if self.integrity_ok and not self.error and self.parity is not None and self.parity.exit_code == CompilationFailed.exit_code:
+            return CompilationFailed(self.failure())
+        return VerificationFailed(self.failure())
 
     def to_json(self) -> dict[str, Any]:
         seconds = dict(self.parity.seconds) if self.parity else {}
@@ -173,7 +180,8 @@ def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], reco
     """
     unknown = sorted(set(requested) - source.symbolic_dims)
     if unknown:
-        raise UsageError(f"--dim {unknown[0]}: the source has no symbolic dimension {unknown[0]!r} (it has: {', '.join(sorted(source.symbolic_dims)) or 'none'})")
+        known = ", ".join(sorted(source.symbolic_dims)) or "none"
+        raise UsageError(f"--dim {unknown[0]}: the source has no symbolic dimension {unknown[0]!r} (it has: {known})")
     fixed_in_compiled = _fixed_by_compiled(source, compiled_inputs)
     try:
         pinned = resolve_pins(source, recorded.get("fix_dims", {}), {k: tuple(v) for k, v in recorded.get("fix_shapes", {}).items()}).named

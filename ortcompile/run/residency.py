@@ -157,7 +157,7 @@ class SessionPool:
         if entry.runs == 0:
             release_free_heap()
         start_rss = rss_bytes()
-        outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(entry, feeds)
+        outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(name, entry, feeds)
         if entry.runs == 0:  # the first run allocates the arena (and captures): part of the footprint
             entry.footprint += max(0, rss_bytes() - start_rss)
             self.footprints[name] = entry.footprint
@@ -211,8 +211,8 @@ class SessionPool:
         self._loaded_before.add(name)
         return entry
 
-    def _run_plain(self, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        return sessions.run_session(entry.session, feeds, "a pipeline model", self.ep)
+    def _run_plain(self, name: str, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return sessions.run_session(entry.session, feeds, name, self.ep)
 
     def _run_bound(self, name: str, entry: _Resident, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Graph capture: inputs and outputs live in device values bound once per session."""
