@@ -152,7 +152,7 @@ sys.stderr.write("HEAVY " + ",".join(m for m in ("onnx", "onnxruntime", "numpy")
 
 def heavy_imports(*args: object, env: dict[str, str] | None = None) -> list[str]:
     proc = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER, *map(str, args)], capture_output=True, text=True, timeout=120, env=env)
-    line = [l for l in proc.stderr.splitlines() if l.startswith("HEAVY ")][-1]
+    line = [text for text in proc.stderr.splitlines() if text.startswith("HEAVY ")][-1]
     return [m for m in line[len("HEAVY "):].split(",") if m]
 
 

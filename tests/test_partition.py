@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,12 @@ def test_make_fragment_compiles_the_parts_in_parallel_and_stitches(chain: Path, 
         pytest.fail("make is not installed (CI installs it): the Make fragment cannot be tested")
     out, _ = partitioned
     _json(run_cli("split", chain, "-o", "parts", "--ep", "qnn", "--partition", BUDGET, "--stitch-output", "built", "--json", cwd=tmp_path))
-    proc = subprocess.run(["make", "-f", "parts/chain.parts.mk", "-j", "2"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    ortcompile = f"ORTCOMPILE={sys.executable} -m ortcompile"  # this interpreter, whatever PATH says
+    proc = subprocess.run(["make", "-f", "parts/chain.parts.mk", "-j", "2", ortcompile], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("ortcompile compile") == 5 and "ortcompile stitch" in proc.stdout
+    assert proc.stdout.count("-m ortcompile compile") == 5 and "-m ortcompile stitch" in proc.stdout
     assert snapshot(tmp_path / "built") == snapshot(out)
-    again = subprocess.run(["make", "-f", "parts/chain.parts.mk"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    again = subprocess.run(["make", "-f", "parts/chain.parts.mk", ortcompile], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert "ortcompile" not in again.stdout, "nothing to do when every part and the stitch are current"
 
 

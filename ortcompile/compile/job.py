@@ -27,7 +27,7 @@ from ortcompile.compile.finish import Built, finish, node_counts, open_destinati
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.compile.worker import Worker, fresh_worker
+from ortcompile.compile.worker import Worker, expect_more_workers, fresh_worker, retire_worker
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
@@ -61,7 +61,8 @@ def compile_model(
             return current
         options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
     with Workers(native_output_shown(), reporter) as workers:
-        workers.start()  # its imports overlap with reading the model and resolving the EP
+        if options.partition is None:  # (parts get workers of their own; this one would idle through them)
+            workers.start()  # its imports overlap with reading the model and resolving the EP
         job = CompileJob.plan(Path(source_path), Path(output_dir), options, reporter)
         return job.run(workers)
 
@@ -78,7 +79,9 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
     results = []
-    for model in models:
+    for index, model in enumerate(models):
+        if index < len(models) - 1:
+            expect_more_workers()
         try:
             results.append(compile_model(model, output_dir, options, reporter))
         except OrtCompileError as exc:
@@ -336,6 +339,7 @@ class Workers:
     def __exit__(self, *exc_info: Any) -> None:
         if self._worker is not None:
             self._worker.__exit__(*exc_info)
+            retire_worker(self.verbose)
 
 
 def ep_precision(ep: eps.ResolvedEp, source: SourceModel | None = None, *, op_counts: dict[str, int] | None = None) -> str:

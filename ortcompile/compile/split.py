@@ -245,10 +245,10 @@ def make_fragment(result: SplitResult, compile_args: list[str], stitch_output: s
     compiled = [f"$({var}_COMPILED)/{strip_onnx(name)}_ctx.onnx" for name in result.parts]
     lines = [f"# Written by ortcompile split: {len(result.parts)} parts of {result.stem}.",
              f"# make -f {shlex.quote(str(result.directory / fragment_name(result.stem)))} -j N  compiles the parts N at a time, then stitches.",
-             f"{var}_PARTS ?= {result.directory}", f"{var}_COMPILED ?= $({var}_PARTS)/compiled", f"{var}_OUTPUT ?= {stitch_output}",
+             "ORTCOMPILE ?= ortcompile", f"{var}_PARTS ?= {result.directory}", f"{var}_COMPILED ?= $({var}_PARTS)/compiled", f"{var}_OUTPUT ?= {stitch_output}",
              f"{var}_COMPILE_ARGS ?= {quoted}", "",
              f"$({var}_OUTPUT)/{result.stem}_ctx.onnx: {' '.join(compiled)}",
-             f"\tortcompile stitch $({var}_PARTS)/{plan_file_name(result.stem)} --parts $({var}_COMPILED) -o $({var}_OUTPUT) --force -q", ""]
+             f"\t$(ORTCOMPILE) stitch $({var}_PARTS)/{plan_file_name(result.stem)} --parts $({var}_COMPILED) -o $({var}_OUTPUT) --force -q", ""]
     for name, target in zip(result.parts, compiled):
-        lines += [f"{target}: $({var}_PARTS)/{name}", f"\tortcompile compile $< -o $({var}_COMPILED) --force -q $({var}_COMPILE_ARGS)", ""]
+        lines += [f"{target}: $({var}_PARTS)/{name}", f"\t$(ORTCOMPILE) compile $< -o $({var}_COMPILED) --force -q $({var}_COMPILE_ARGS)", ""]
     return "\n".join(lines)

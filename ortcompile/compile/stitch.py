@@ -176,19 +176,24 @@ class StitchJob:
         return outcome.record
 
     def _mode_within_memory(self, mode: str) -> str:
-        """A weaker check (or none, said loudly) when the stitched model is too big to open here next to its source."""
+        """A weaker check (or none, said loudly) when the stitched model does not fit in memory next to its source:
+        in --memory-budget when given (the whole compile stays within it), else in the memory available now."""
         import warnings
 
         from ortcompile.compile.parts import available_memory
 
+        budget = self.options.partition.memory_budget if self.options.partition else None
+        limit = budget or available_memory()
         weights = sum(spec["weight_bytes"] for spec in self.plan.specs)
-        available = available_memory()
         for candidate, factor in (("run", CHECK_RUN_FACTOR), ("load", CHECK_LOAD_FACTOR)):
-            if mode == candidate and CHECK_PROCESS_BYTES + factor * weights > available:
+            if mode == candidate and CHECK_PROCESS_BYTES + factor * weights > limit:
                 mode = "load" if candidate == "run" else "none"
+                self.reporter.detail(f"check: {candidate} would need ~{(CHECK_PROCESS_BYTES + factor * weights) / (1 << 30):.1f} GiB "
+                                     f"of {limit / (1 << 30):.1f} GiB {'in --memory-budget' if budget else 'available'}")
                 if mode == "none":
-                    warnings.warn(f"{self.names.model}: not loaded before publishing: ~{factor * weights >> 30} GiB needed, "
-                                  f"{available >> 30} GiB available (each part was checked when it compiled)", OrtCompileWarning, stacklevel=2)
+                    warnings.warn(f"{self.names.model}: not opened before publishing: it does not fit in "
+                                  f"{'--memory-budget' if budget else 'the memory available'}; each part was checked when it compiled",
+                                  OrtCompileWarning, stacklevel=2)
         return mode
 
     def _given(self) -> dict[str, Any]:

@@ -189,6 +189,8 @@ class _Duplex:
 
 _spare: Worker | None = None  # a fresh, unused worker kept warm for the next compile of this process
 _started = 0
+_more_expected = False
+_atexit_registered = False
 _spare_lock = threading.Lock()  # parts of a --partition compile ask for workers from several threads
 _cancelled = threading.Event()  # set by cancel_all: every waiting call kills its child and raises
 
@@ -205,28 +207,43 @@ def reset_cancel() -> None:
 def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
     """A worker that has run nothing yet: the warm spare when there is one, else a new one.
 
-    From the second worker a process asks for (a batch, a test suite, a service compiling many models), a spare
-    is started right away for the next request, so each compile finds its worker's imports already done. A
-    spare is never reused after a call: every compile still gets a fresh EP state.
+    A spare is started when a worker retires (`retire_worker`) in a process that asks for more than one (a batch,
+    the parts of --partition, a test suite, a service compiling many models), so the next compile finds its
+    worker's imports done. Started at retirement, not beside a running worker, it never adds a process to the
+    peak of a compile. A spare is never reused after a call: every compile still gets a fresh EP state.
     """
-    with _spare_lock:
-        return _take_worker(label, reporter, verbose)
-
-
-def _take_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
     global _spare, _started
-    worker, _spare = _spare, None
-    if worker is None or not worker.alive or worker.verbose != verbose:
-        if worker is not None:
-            worker.kill()
-        worker = Worker(verbose=verbose)
-    _started += 1
-    if _started > 1:
-        _spare = Worker(verbose=verbose)
-        if _started == 2:
-            atexit.register(_kill_spare)
+    with _spare_lock:
+        worker, _spare = _spare, None
+        if worker is None or not worker.alive or worker.verbose != verbose:
+            if worker is not None:
+                worker.kill()
+            worker = Worker(verbose=verbose)
+        _started += 1
     worker.label, worker.reporter = label, reporter or SilentReporter()
     return worker
+
+
+def expect_more_workers() -> None:
+    """Say that this process will ask for another worker (a batch with models left): the first retirement starts a spare."""
+    global _more_expected
+    _more_expected = True
+
+
+def retire_worker(verbose: bool) -> None:
+    """A compile's worker has exited: start the spare for the next one, if this process asks for several."""
+    global _spare
+    with _spare_lock:
+        if _spare is None and (_started > 1 or _more_expected):
+            if not _atexit_registered:
+                _register_kill_spare()
+            _spare = Worker(verbose=verbose)
+
+
+def _register_kill_spare() -> None:
+    global _atexit_registered
+    atexit.register(_kill_spare)
+    _atexit_registered = True
 
 
 def _kill_spare() -> None:
