@@ -31,6 +31,11 @@ class OutputNames:
         """The default: `<source stem>_ctx.onnx`."""
         return cls(f"{strip_onnx(Path(source).name)}{COMPILED_SUFFIX}{MODEL_SUFFIX}")
 
+    @classmethod
+    def for_compile(cls, source: str | os.PathLike[str], model_name: str | None) -> OutputNames:
+        """`-o DIR/FILE.onnx` names the model; `-o DIR/` gives the default."""
+        return cls(model_name) if model_name else cls.for_source(source)
+
     @property
     def base(self) -> str:
         """The model's name without `.onnx`: the prefix every file of this output starts with."""
@@ -47,6 +52,15 @@ class OutputNames:
 def data_file_name(model_file_name: str, file_index: int) -> str:
     """External data files: `<model>.data`, then `<model>.data.1`, `.data.2`, ... with --shard-size."""
     return f"{model_file_name}.data" if file_index == 0 else f"{model_file_name}.data.{file_index}"
+
+
+def split_output(output: str | os.PathLike[str]) -> tuple[Path, str | None]:
+    """`-o`: a path ending in `.onnx` that is not a directory names the compiled model (its files go beside it);
+    anything else is the output directory."""
+    path = Path(output)
+    if path.name.lower().endswith(MODEL_SUFFIX) and not path.is_dir() and len(path.name) > len(MODEL_SUFFIX):
+        return path.parent, path.name
+    return path, None
 
 
 def manifest_path_for(model_path: Path) -> Path:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import sys
 from collections.abc import Iterator
@@ -122,3 +123,63 @@ def peak_rss_bytes() -> int:
     scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss is KiB on Linux, bytes on macOS
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
+
+
+# Lines native libraries print on every run that say nothing about this model (measured with onnxruntime 1.31.1
+# and onnxruntime-qnn 2.7.0): shown under -v they bury what matters.
+BOILERPLATE = (
+    "File mapped weights feature is only available",
+    "EPContext encryption config unavailable",
+    "LIBNATIVE: No alternate configuration",
+    "Rerunning with verbose output on a non-minimal build",
+    "Some nodes were not assigned to the preferred execution providers",  # the placement report says which
+    "Unable to get producer node for OrtValueInfo",  # ORT 1.31 plugin-EP graph API, on every CPU node between partitions
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_ORT_LINE = re.compile(r"^\S+ \S+ \[(?P<severity>[VIWEF]):onnxruntime:[^,\]]*,? ?(?P<where>[^\]]*)\] (?P<message>.*)$")
+_SEVERITY = {"V": "verbose", "I": "info", "W": "warning", "E": "error", "F": "fatal"}
+
+
+def clean_native_line(line: str) -> str | None:
+    """One line of native output as -v shows it: no colour codes, no boilerplate (None), ORT's timestamped
+    format as `onnxruntime warning (file.cc:123): message`."""
+    text = _ANSI.sub("", line).strip()
+    if not text or any(marker in text for marker in BOILERPLATE):
+        return None
+    match = _ORT_LINE.match(text)
+    if match is None:
+        return text
+    where = match["where"].split()[0] if match["where"].strip() else ""
+    return f"onnxruntime {_SEVERITY[match['severity']]}{f' ({where})' if where else ''}: {match['message']}"
+
+
+class NativeOutputFilter:
+    """Route file descriptors 1 and 2 of this process through a pipe whose lines are cleaned (clean_native_line)
+    on their way to the real stderr: for the worker child under -v, where native libraries write directly."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._target = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 1)
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self._thread = threading.Thread(target=self._pump, args=(read_fd,), daemon=True, name="ortcompile-native-output")
+        self._thread.start()
+
+    def _pump(self, read_fd: int) -> None:
+        with os.fdopen(read_fd, "r", errors="replace") as lines:
+            for line in lines:
+                cleaned = clean_native_line(line)
+                if cleaned is not None:
+                    os.write(self._target, (cleaned + "\n").encode())
+
+    def close(self, timeout: float = 1.0) -> None:
+        """Flush what is in the pipe (the process is about to _exit)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        self._thread.join(timeout)

@@ -48,6 +48,7 @@ class CompileOptions:
     max_context_size: int | None = None  # --max-context-size: largest EP graph (with --partition auto: the part budget)
     target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
     ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
+    output_name: str | None = None  # -o DIR/FILE.onnx: the compiled model's file name (None: `<stem>_ctx.onnx`)
 
     def __post_init__(self) -> None:
         if self.check not in CHECK_MODES:

@@ -126,3 +126,15 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == errno.ELOOP:
         return "symlink loop"
     return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+
+
+def not_a_model_file(path: Path) -> str | None:
+    """Why `path` cannot be a model file (None when it is a regular file): missing, or a directory (naming the
+    models inside, which is what was meant)."""
+    if path.is_file():
+        return None
+    if path.is_dir():
+        models = sorted(p.name for p in path.glob("*.onnx") if p.is_file())
+        hint = f": give one of its models, e.g. {path / models[0]}" if models else " (it holds no .onnx model)"
+        return f"{path} is a directory, not a model{hint}"
+    return f"{path}: no such file" if not path.exists() else f"{path}: not a regular file"

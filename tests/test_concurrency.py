@@ -177,7 +177,7 @@ def test_without_force_exactly_one_wins(tmp_path: Path) -> None:
     for code, _, err in results:
         assert "Traceback" not in err
         if code == 4:
-            assert "already exists; pass --force" in err
+            assert "already exists; replace it with --force" in err
     assert codes.count(0) == 1, f"{codes.count(0)} processes published the same output without --force"
     check_published(out, "m")
     assert not stage_dirs(out)

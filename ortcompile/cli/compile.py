@@ -11,14 +11,16 @@ from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import ByteSize, criterion_options, criterion_settings, given_inputs, input_options
 from ortcompile.cli.shaping import shaping_options, shaping_to_options, take_shaping
 from ortcompile.errors import UsageError
+from ortcompile.naming import split_output
 
 if TYPE_CHECKING:
     from ortcompile.options import CompileResult
 
 
-@click.command("compile")
+@click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).")
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
-@click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the compiled model and its files.")
+@click.option("-o", "--output", "--output-dir", "output_dir", required=True, type=click.Path(path_type=str),
+              help="Directory for the compiled models and their files (DIR/: named <stem>_ctx.onnx), or the compiled model's path (FILE.onnx).")
 @shaping_options
 @click.option("--jobs", type=click.IntRange(min=1), default=None, help="With --partition: parts compiled at once [default: CPU count, within --memory-budget].")
 @click.option("--memory-budget", type=ByteSize(), default=None, help="With --partition: RSS the running parts may use together [default: available memory].")
@@ -39,8 +41,12 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     out = current()
     set_ort_log_level(out.verbose)
     shaping = take_shaping(rest)
+    directory, name = split_output(output_dir)
+    if name and (share_weights or len(models) > 1):
+        raise UsageError(f"-o {output_dir} names one compiled model; give a directory (-o DIR/) for a batch")
     options = shaping_to_options(
         shaping, jobs, memory_budget,
+        output_name=name,
         force=force,
         verify=verify,
         verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
@@ -52,11 +58,11 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared([Path(m) for m in models], Path(output_dir), options, out.reporter())
+        results = compile_shared([Path(m) for m in models], directory, options, out.reporter())
     else:
         from ortcompile.compile.job import compile_models
 
-        results = compile_models(list(models), output_dir, options, out.reporter())
+        results = compile_models(list(models), directory, options, out.reporter())
     if depfile:
         from ortcompile.output.incremental import depfile_rule, write_depfile
 
@@ -78,5 +84,6 @@ def summary_line(result: CompileResult) -> str:
     if result.up_to_date:
         return f"{result.model_path}: up to date"
     total = sum(f["size"] for f in result.files)
+    verified = "; verified against the source" if "verify" in result.timings else ""
     return (f"{result.model_path}: {plural(result.epcontext_nodes, 'EPContext node')}, {plural(len(result.files), 'file')}, "
-            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep})")
+            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep}){verified}")

@@ -7,7 +7,7 @@ import click
 from ortcompile.cli.output import current, output_options
 
 
-@click.command("inspect")
+@click.command("inspect", short_help="Show what a model contains, from its graph proto alone.")
 @click.argument("model", type=click.Path(path_type=str))
 @click.option("--check", is_flag=True, help="Hash every file the manifest lists (reads all the data).")
 @output_options

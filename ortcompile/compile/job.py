@@ -74,7 +74,9 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
     Each compile is self-contained: an EP that compiles runs in its own worker child, so a batch gives the
     bytes of single runs and peaks at its largest model, not at the sum.
     """
-    targets = [OutputNames.for_source(Path(m)).model for m in models]
+    if options and options.output_name and len(models) > 1:
+        raise UsageError(f"-o {options.output_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
+    targets = [OutputNames.for_compile(Path(m), options.output_name if options else None).model for m in models]
     clash = next((t for t in targets if targets.count(t) > 1), None)
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
@@ -98,7 +100,7 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
     if reason:
         reporter.detail(f"{source.name}: rebuilding: {reason}")
         return None
-    manifest = Manifest.load(output_dir / OutputNames.for_source(source).manifest)
+    manifest = Manifest.load(output_dir / OutputNames.for_compile(source, options.output_name).manifest)
     reporter.stage(f"{output_dir / manifest.model} is up to date")
     return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
@@ -128,7 +130,7 @@ class CompileJob:
         clock = time.perf_counter()
         reporter.stage("reading model")
         source, ep, pins, require = plan_source(source_path, options)
-        names = OutputNames.for_source(source.path)
+        names = OutputNames.for_compile(source.path, options.output_name)
         created = open_destination(output_dir, names, options.force, [source.path, *source.external_files], reporter)
         reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
                         f"EP {ep.name} {ep.version}")
@@ -309,7 +311,18 @@ def plan_source(source_path: Path, options: CompileOptions) -> tuple[SourceModel
     if ep.info.compiles and _needs_static_shapes(ep):
         require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
     require = ep.info.compiles if options.require_compiled is None else options.require_compiled
+    _warn_oversized_for_shards(source, options.layout.shard_size)
     return source, ep, pins, require
+
+
+def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> None:
+    """A tensor never straddles data files: one larger than --shard-size gets a file of its own, over the size."""
+    oversized = [t for t in source.tensors if shard_size and t.nbytes > shard_size]
+    if oversized:
+        largest = max(oversized, key=lambda t: t.nbytes)
+        warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
+                      f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
+                      OrtCompileWarning, stacklevel=3)
 
 
 def ep_request(options: CompileOptions) -> EpRequest:

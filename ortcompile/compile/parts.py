@@ -63,9 +63,8 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     compiled_dir.mkdir()
     clock = time.perf_counter()
     job.reporter.stage(f"splitting {job.source.path.name}")
-    assert job.digest is not None
     split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
-                        plan_record(job, job.digest.result(), parts_dir))
+                        plan_record(job, None, parts_dir), link_sources=True)
     job.timings["split"] = time.perf_counter() - clock
     job.reporter.detail(f"split into {len(split.parts)} parts of at most {split.plan.budget} bytes of weights: "
                         + ", ".join(f"{p.weight_bytes >> 20} MiB" for p in split.plan.parts))
@@ -86,11 +85,13 @@ def part_budget(options: CompileOptions) -> int:
     return options.partition.budget or options.max_context_size or DEFAULT_CONTEXT_SIZE
 
 
-def plan_record(job: CompileJob | SplitJob, digest: InputDigest, parts_dir: Path) -> dict[str, Any]:
+def plan_record(job: CompileJob | SplitJob, digest: InputDigest | None, parts_dir: Path) -> dict[str, Any]:
     """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
-    (the manifest's compiled ops) and where it is (the check runs against it when it is still there)."""
+    (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
+    records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""
     return {"options": job.options.recorded(job.ep.info.short_name, job.require_compiled, job.ep.info.compiles),
-            "input": {"sha256": digest.combined, "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
+            "input": None if digest is None else {"sha256": digest.combined,
+                                                  "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
             "source_ops": job.source.op_counts,
             "source_path": Path(os.path.relpath(job.source.path.absolute(), parts_dir.absolute())).as_posix()}
 
@@ -101,7 +102,8 @@ def part_options(options: CompileOptions) -> CompileOptions:
     EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
     on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
-                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False)
+                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
+                               output_name=None)
 
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,

@@ -22,7 +22,7 @@ from ortcompile.onnxfacts import (
     stored_nbytes,
     tensor_nbytes,
 )
-from ortcompile.paths import UnsafePath, model_dir, resolve_inside, shown
+from ortcompile.paths import UnsafePath, model_dir, not_a_model_file, resolve_inside, shown
 
 PROTOBUF_LIMIT = 2**31 - 1  # protobuf refuses to serialize or parse a message larger than this
 
@@ -93,10 +93,9 @@ def read_source(path: Path) -> SourceModel:
     import onnx
 
     path = Path(path)
-    if not path.exists():
-        raise InvalidModel(f"{path}: no such file")
-    if not path.is_file():
-        raise InvalidModel(f"{path}: not a regular file")
+    problem = not_a_model_file(path)
+    if problem:
+        raise InvalidModel(problem)
     size = path.stat().st_size
     if size == 0:
         raise InvalidModel(f"{path}: empty file, not an ONNX model")

@@ -59,9 +59,13 @@ def skeleton_name(stem: str) -> str:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any]) -> SplitResult:
+                recorded: dict[str, Any], link_sources: bool = False) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
-    plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...)."""
+    plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
+
+    `link_sources` (--partition, whose parts never leave this machine): the parts read the source's own data files
+    through hard links in `out_dir` instead of copies of their weights, when the filesystem allows it. The compiled
+    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too."""
     import onnx
 
     from ortcompile.compile.stitch import write_plan
@@ -76,14 +80,49 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     stem = strip_onnx(source.path.name)
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
+        links = _link_source_files(source, out_dir, stem) if link_sources else None
         for part, name in zip(plan.parts, names):
-            _write_part(_part_model(model, part, types), model_dir(source.path), out_dir, name, layout)
+            part_model = _part_model(model, part, types)
+            if links is not None:
+                _point_at(part_model, links)
+                _write_bytes(out_dir / name, part_model.SerializeToString())
+            else:
+                _write_part(part_model, model_dir(source.path), out_dir, name, layout)
         _write_bytes(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
         write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
                                                     "skeleton": skeleton_name(stem), "dims": pins.named})
     except OSError as exc:
         raise output_error(exc, f"the parts in {out_dir}") from exc
     return SplitResult(out_dir, stem, plan, names)
+
+
+def _link_source_files(source: SourceModel, out_dir: Path, stem: str) -> dict[str, str] | None:
+    """Hard links to the source's data files in `out_dir` (location as the model writes it -> link name), or None
+    when one cannot be made (another filesystem, no permission): the parts then get copies of their weights."""
+    links: dict[str, str] = {}
+    by_file: dict[Path, str] = {}
+    for location in source.external_locations:
+        path = source.external_paths[location]
+        if path not in by_file:
+            by_file[path] = f"{stem}.source{len(by_file)}.data"
+            try:
+                os.link(path, out_dir / by_file[path])
+            except OSError:
+                for made in by_file.values():
+                    (out_dir / made).unlink(missing_ok=True)
+                return None
+        links[location] = by_file[path]
+    return links
+
+
+def _point_at(model: Any, links: dict[str, str]) -> None:
+    """Every external reference of `model` re-pointed at the linked copy of its file (offsets unchanged)."""
+    from ortcompile.onnxfacts import iter_tensors
+
+    for site in iter_tensors(model):
+        for entry in site.tensor.external_data:
+            if entry.key == "location" and entry.value in links:
+                entry.value = links[entry.value]
 
 
 def _value_types(model: Any) -> dict[str, Any]:

@@ -77,7 +77,7 @@ class PartsPlan:
         if found != PARTS_FORMAT:
             raise InvalidModel(f"{path}: not a parts plan written by ortcompile split (format {found!r}, expected {PARTS_FORMAT!r})")
         try:
-            files = tuple((f["name"], f["size"], f["sha256"]) for f in document["input"]["files"])
+            files = tuple((f["name"], f["size"], f["sha256"]) for f in (document["input"] or {"files": []})["files"])
             return cls(path, document["source"], document["source_path"], list(document["parts"]), list(document["plan"]["parts"]),
                        document["skeleton"], InputDigest(files), document["options"], document["source_ops"], document["dims"])
         except (KeyError, TypeError) as exc:

@@ -261,7 +261,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     """The child's loop: one call at a time until asked to exit or the pipe closes."""
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    _native_output_to_stderr(verbose)
+    native_filter = _native_output_to_stderr(verbose)
     from ortcompile.native import set_ort_log_level
 
     set_ort_log_level(verbose)
@@ -288,6 +288,8 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
             conn.send(("error", CompilationFailed(f"internal error: cannot hand back {type(exc).__name__}: {exc}"), _peak_rss()))
     sys.stdout.flush()
     sys.stderr.flush()
+    if native_filter is not None:
+        native_filter.close()
     os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
 
 
@@ -301,10 +303,15 @@ def _die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _native_output_to_stderr(verbose: bool) -> None:
-    """The child writes nothing to stdout (the parent's --json goes there): EP banners go to stderr or nowhere."""
-    target = sys.stderr.fileno() if verbose else os.open(os.devnull, os.O_WRONLY)
-    os.dup2(target, 1)
+def _native_output_to_stderr(verbose: bool) -> Any:
+    """The child writes nothing to stdout (the parent's --json goes there): EP banners and ORT's log go to stderr,
+    cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to close before exiting."""
+    if verbose:
+        from ortcompile.native import NativeOutputFilter
+
+        return NativeOutputFilter()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    return None
 
 
 def _reset_peak_rss() -> None:

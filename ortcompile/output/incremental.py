@@ -117,7 +117,7 @@ def _installed_version(distribution: str) -> str:
 
 def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, names: OutputNames | None = None) -> str:
     """'' when the published output is current for this source and these options, else the reason."""
-    names = names or OutputNames.for_source(source)
+    names = names or OutputNames.for_compile(source, options.output_name)
     try:
         manifest = Manifest.load(output_dir / names.manifest)
     except ManifestError:

@@ -68,6 +68,12 @@ def previous_outputs(output_dir: Path, names: OutputNames) -> list[str]:
     return sorted(set(found))
 
 
+def already_exists(output_dir: Path, names: OutputNames, existing: list[str]) -> str:
+    """Name the model (what the user asked for), not whichever of its files sorts first."""
+    shown = names.model if names.model in existing or names.manifest in existing else existing[0]
+    return f"{output_dir / shown} already exists; replace it with --force (CompileOptions(force=True) from Python)"
+
+
 def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs: list[Path]) -> None:
     """Refuse to overwrite earlier outputs without --force, and the input model ever."""
     existing = previous_outputs(output_dir, names)
@@ -80,7 +86,7 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
         if resolved in targets or ours:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
     if existing and not force:
-        raise OutputError(f"{output_dir / existing[0]} already exists; pass --force to replace it")
+        raise OutputError(already_exists(output_dir, names, existing))
 
 
 def _stage_owner(stage: Path) -> int | None:
@@ -207,7 +213,8 @@ class Staging:
                 existing = sorted({f for n in (names if isinstance(names, list) else [names]) for f in previous_outputs(self.output_dir, n)})
                 clashing = [n for n in ordered_names if (self.output_dir / n).exists() or (self.output_dir / n).is_symlink()]
                 if (existing or clashing) and not force:
-                    raise OutputError(f"{self.output_dir / (existing or clashing)[0]} already exists; pass --force to replace it")
+                    raise OutputError(f"{self.output_dir / (existing or clashing)[0]} already exists; replace it with --force "
+                                      "(CompileOptions(force=True) from Python)")
                 journal = {"move": ordered_names, "delete": [n for n in existing if n not in ordered_names]}
                 _write_journal(self.path, journal)
                 self._apply_or_roll_back(journal)

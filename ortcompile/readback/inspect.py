@@ -28,7 +28,7 @@ from ortcompile.onnxfacts import (
     tensor_nbytes,
 )
 from ortcompile.output.publish import pending_publishes
-from ortcompile.paths import UnsafePath, model_dir, resolve_inside
+from ortcompile.paths import UnsafePath, model_dir, not_a_model_file, resolve_inside
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 
 INSPECT_FORMAT = "ortcompile-inspect/1"
@@ -114,8 +114,9 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
     import onnx
 
     path = Path(model_path)
-    if not path.is_file():
-        raise InvalidModel(f"{path}: no such file")
+    problem = not_a_model_file(path)
+    if problem:
+        raise InvalidModel(problem)
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:
