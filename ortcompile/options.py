@@ -13,8 +13,17 @@ if TYPE_CHECKING:
 
 
 EmbedPolicy = Literal["auto", "always", "never"]
-CheckMode = Literal["none", "load", "run"]
-CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first
+CheckMode = Literal["none", "load", "run", "auto"]
+CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
+AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
+
+
+def effective_check(mode: str, weight_bytes: int) -> str:
+    """--check auto: run (and compare with the source) up to AUTO_RUN_LIMIT of weights; above, load only: running
+    holds the source and the output at once, and the data of a big model is what the check would cost."""
+    if mode != "auto":
+        return mode
+    return "run" if weight_bytes <= AUTO_RUN_LIMIT else "load"
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,7 @@ class CompileOptions:
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
     prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
-    check: CheckMode = "run"  # before publishing: load (and run, and compare) the output on its EP in a child
+    check: CheckMode = "auto"  # before publishing: load (and run, and compare) the output on its EP in a child
     inputs: dict[str, Any] = field(default_factory=dict)  # input name -> readback.given.Given: for the check and --verify
     freeze: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the compiled model is specialized on
     partition: PartitionOptions | None = None  # --partition: compile as parts (None: the whole model at once)
@@ -51,10 +60,10 @@ class CompileOptions:
     output_name: str | None = None  # -o DIR/FILE.onnx: the compiled model's file name (None: `<stem>_ctx.onnx`)
 
     def __post_init__(self) -> None:
-        if self.check not in CHECK_MODES:
+        if self.check not in (*CHECK_MODES, "auto"):
             from ortcompile.errors import UsageError
 
-            raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}")
+            raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}, auto")
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""

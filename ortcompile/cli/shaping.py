@@ -31,8 +31,9 @@ _SHAPING = [
     click.option("--partition", type=PartitionSize(), default=None,
                  help="Compile as parts of at most SIZE of weights (auto: the EP's graph limit), each in its own child process, then stitch them."),
     click.option("--max-context-size", type=ByteSize(), default=None, help="Largest EP graph to compile at once (implies --partition auto)."),
-    click.option("--check", "check_mode", type=click.Choice(["none", "load", "run"]), default="run", show_default=True,
-                 help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source."),
+    click.option("--check", "check_mode", type=click.Choice(["auto", "none", "load", "run"]), default="auto", show_default=True,
+                 help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source "
+                      "(auto: run up to 1 GiB of weights, else load)."),
     click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs]."),
 ]
 SHAPING_NAMES = ("ep", "ep_options", "target", "ep_library", "inline_threshold", "align", "align_threshold", "shard_size", "embed", "fix_dims",

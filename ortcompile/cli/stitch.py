@@ -12,8 +12,9 @@ from ortcompile.cli.output import current, output_options
 @click.argument("plan", type=click.Path(dir_okay=False, path_type=str))
 @click.option("--parts", "parts_dir", required=True, type=click.Path(file_okay=False, path_type=str), help="Directory the parts were compiled into.")
 @click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the stitched model and its files.")
-@click.option("--check", "check_mode", type=click.Choice(["none", "load", "run"]), default="run", show_default=True,
-              help="Before publishing, open the output on its EP: load it, or load, run and compare with the source (when it is still there).")
+@click.option("--check", "check_mode", type=click.Choice(["auto", "none", "load", "run"]), default="auto", show_default=True,
+              help="Before publishing, open the output on its EP: load it, or load, run and compare with the source when it is still there "
+                   "(auto: run up to 1 GiB of weights).")
 @click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str), help="The plugin EP library the parts were compiled with.")
 @click.option("--force", is_flag=True, help="Replace an earlier output of the same model.")
 @click.option("--verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")

@@ -31,7 +31,7 @@ from ortcompile.compile.worker import Worker, expect_more_workers, fresh_worker,
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
-from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest, digest_inputs_in_background
 from ortcompile.output.incremental import why_not_up_to_date
 from ortcompile.output.manifest import Manifest, file_entries
@@ -232,7 +232,11 @@ class CompileJob:
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
         """The pre-publish check in the worker child; raise when the output would not load or run."""
-        outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, self.options.check,
+        mode = effective_check(self.options.check, self.source.weight_bytes)
+        if mode != self.options.check and self.options.check != "none":
+            self.reporter.detail(f"check: load only: {self.source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
+                                 f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
+        outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, mode,
                             ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter)
         if outcome.report is not None:
             self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report

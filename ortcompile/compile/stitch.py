@@ -33,7 +33,7 @@ from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileWarning
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
-from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.options import CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest
 from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.output.publish import Staging, remove_created_dirs
@@ -162,7 +162,7 @@ class StitchJob:
         checked on its own when it was compiled."""
         from ortcompile.compile.job import ep_precision
 
-        mode = self.options.check
+        mode = effective_check(self.options.check, sum(spec["weight_bytes"] for spec in self.plan.specs))
         if mode == "run" and self.source is None:
             self.reporter.detail(f"check: the source is not at {self.plan.directory / self.plan.source_path}: loading the output only")
             mode = "load"
@@ -251,7 +251,7 @@ class StitchJob:
 
 
 def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str],
-                 check: str = "run", force: bool = False, verify: bool = False, ep_library: str | None = None,
+                 check: str = "auto", force: bool = False, verify: bool = False, ep_library: str | None = None,
                  reporter: Reporter | None = None) -> CompileResult:
     """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`."""
     from ortcompile.compile.job import Workers

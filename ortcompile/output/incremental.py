@@ -31,7 +31,7 @@ from typing import Any
 from ortcompile import __version__, eps
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
-from ortcompile.options import CHECK_MODES, CompileOptions
+from ortcompile.options import CHECK_MODES, CompileOptions, effective_check
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError, Versions
 from ortcompile.paths import UnsafePath, model_dir, resolve_inside, shown
@@ -128,7 +128,8 @@ def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, 
     require = info.compiles if options.require_compiled is None else options.require_compiled
     if manifest.options != options.recorded(info.short_name, require, info.compiles):
         return "options differ"
-    if _check_strength(manifest.check) < CHECK_MODES.index(options.check):
+    wanted = effective_check(options.check, sum(f.size for f in manifest.input_files))
+    if _check_strength(manifest.check) < CHECK_MODES.index(wanted):
         return f"the output was published with a weaker check than --check {options.check}"
     versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
     if manifest.versions != versions:

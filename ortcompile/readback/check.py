@@ -25,7 +25,7 @@ from ortcompile.readback.parity import ParityReport, ParityRequest
 def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, precision: str, dims: dict[str, int],
                   given: dict[str, Given] | None = None) -> ParityRequest:
     criterion = criterion_for(precision, "check") if mode == "run" else None
-    return ParityRequest(model, source, ep, mode, criterion, dims, (0,), dict(given or {}))
+    return ParityRequest(model, source, ep, mode, criterion, dims, (0,), dict(given or {}), lean=True)
 
 
 def record(report: ParityReport) -> dict[str, Any]:
