@@ -94,10 +94,19 @@ def _size(value: Any, where: str, base: Path) -> int:
     return size
 
 
-def _align(value: Any, where: str, base: Path) -> int:
+def _positive_size(value: Any, where: str, base: Path) -> int:
     size = _size(value, where, base)
-    if size <= 0 or size & (size - 1):
-        raise _bad(where, f"expected a power of two, not {value!r}")
+    if size <= 0:
+        raise _bad(where, f"expected a positive size, not {value!r}")
+    return size
+
+
+def _align(value: Any, where: str, base: Path) -> int:
+    from ortcompile.compile.layout import MAX_ALIGN
+
+    size = _size(value, where, base)
+    if size <= 0 or size & (size - 1) or size > MAX_ALIGN:
+        raise _bad(where, f"expected a power of two up to 16 MiB, not {value!r}")
     return size
 
 
@@ -152,7 +161,7 @@ KEYS: dict[str, tuple[str, Check]] = {
     "inline-threshold": ("inline_threshold", _size),
     "align": ("align", _align),
     "align-threshold": ("align_threshold", _size),
-    "shard-size": ("shard_size", _size),
+    "shard-size": ("shard_size", _positive_size),
     "embed": ("embed", _choice("auto", "always", "never")),
     "fix-dim": ("fix_dims", _table(_dim)),
     "fix-shape": ("fix_shapes", _table(_shape)),

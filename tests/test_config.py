@@ -168,7 +168,7 @@ def test_found_upwards_pyproject_table_and_which_file_wins(sandbox: Path) -> Non
     write(sandbox / "a" / "pyproject.toml", '[tool.ortcompile]\nalign = 3\n')
     os.chdir(deep)
     failed = cli("compile", "../../mlp.onnx", "-o", "out")
-    assert_one_line_error(failed.stderr, "../pyproject.toml: tool.ortcompile.align: expected a power of two, not 3")
+    assert_one_line_error(failed.stderr, "../pyproject.toml: tool.ortcompile.align: expected a power of two up to 16 MiB, not 3")
     write(sandbox / "a" / "ortcompile.toml", 'embed = "sometimes"\n')
     failed = cli("compile", "../../mlp.onnx", "-o", "out")
     assert_one_line_error(failed.stderr, "../ortcompile.toml: embed: expected one of 'auto', 'always', 'never', not 'sometimes'")
@@ -222,7 +222,9 @@ def test_config_option_environment_and_no_config(sandbox: Path, monkeypatch: pyt
     ("ep-option = \"burst\"\n", "ortcompile.toml: ep-option: expected a table"),
     ("models = 3\n", "ortcompile.toml: models: expected tables such as [models.\"name\"]"),
     ("[models]\nmlp = 3\n", "ortcompile.toml: models.mlp: expected a table of settings"),
-    ("[models.\"dyn*\"]\nalign = 100\n", "ortcompile.toml: models.\"dyn*\".align: expected a power of two, not 100"),
+    ("[models.\"dyn*\"]\nalign = 100\n", "ortcompile.toml: models.\"dyn*\".align: expected a power of two up to 16 MiB, not 100"),
+    ("align = \"32MiB\"\n", "ortcompile.toml: align: expected a power of two up to 16 MiB, not '32MiB'"),
+    ("shard-size = 0\n", "ortcompile.toml: shard-size: expected a positive size, not 0"),
     ("align = \n", "ortcompile.toml: not valid TOML: "),
 ], ids=lambda v: v.split("\n")[0][:30])
 def test_a_bad_config_is_a_usage_error_naming_the_file_and_the_key(sandbox: Path, text: str, needle: str) -> None:
