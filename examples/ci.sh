@@ -6,12 +6,16 @@
 #
 # Environment (all optional):
 #   ORTCOMPILE   how to run ortcompile               (default: ortcompile)
-#   EP           execution provider                  (default: auto = QNN when installed)
+#   EP           execution provider                  (default: the config file's, else auto = QNN when installed)
 #   FIX_DIMS     symbolic dims to pin, "batch=1 seq=128" (NPU EPs need static shapes)
 #   PRECISION    judge outputs as an EP of this precision: fp32, fp16, quantized (default: the EP's; QNN = fp16)
 #   RTOL, ATOL   elementwise tolerances for --verify and verify (default: the precision's, docs/verify.md)
 #   MIN_SNR      fp16/quantized: minimum SNR in dB (default: the precision's, 20 dB for fp16)
 #   RUNS         seeded runs for the final verify    (default: 3)
+#
+# Per-model settings (EP, target, pins, options) can instead come from an ortcompile.toml or [tool.ortcompile]
+# in pyproject.toml in the current directory or above (docs/config.md): one script for every model. EP and
+# FIX_DIMS given here win over the file; verify takes the pins the compile used from the manifest.
 #
 # Produces, in ARTIFACT_DIR:
 #   model/                 the compiled model: <stem>_ctx.onnx, .data, EP blob, manifest (exactly those files)
@@ -31,7 +35,8 @@ MODEL=${1:?usage: ci.sh MODEL.onnx [ARTIFACT_DIR]}
 ARTIFACTS=${2:-artifacts}
 ARTIFACTS=${ARTIFACTS%/}  # "out/" and "out" alike
 ORTCOMPILE=${ORTCOMPILE:-ortcompile}
-EP=${EP:-auto}
+ep=()
+[[ -n ${EP:-} ]] && ep=(--ep "$EP")
 RUNS=${RUNS:-3}
 
 stem=$(basename "$MODEL" .onnx)
@@ -73,7 +78,7 @@ mkdir -p "$reports"
 #    published, on mismatch). A fresh output directory: --force is not needed and stale files cannot leak in.
 # shellcheck disable=SC2086  # ORTCOMPILE may be a command with arguments ("python -m ortcompile")
 step compile "$reports/compile.json" \
-    $ORTCOMPILE compile "$MODEL" -o "$build" --ep "$EP" "${pins[@]}" --verify "${tolerance[@]}" --json
+    $ORTCOMPILE compile "$MODEL" -o "$build" "${ep[@]}" "${pins[@]}" --verify "${tolerance[@]}" --json
 
 # 2. Record what was built, and gate on it: --check hashes every file against the manifest (exit 5 on any
 #    missing, short, unsafe or changed file). The JSON is written either way.

@@ -9,12 +9,12 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import ByteSize, criterion_options, criterion_settings, given_inputs, input_options
-from ortcompile.cli.shaping import shaping_options, shaping_to_options, take_shaping
+from ortcompile.cli.shaping import check_scheduling, configured, shaping_options, take_shaping
 from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
 
 if TYPE_CHECKING:
-    from ortcompile.options import CompileResult
+    from ortcompile.options import CompileOptions, CompileResult
 
 
 @click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).")
@@ -36,38 +36,45 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
             if_changed: bool, depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
             **rest: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
+    from ortcompile.config import compile_options
     from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)
-    shaping = take_shaping(rest)
     directory, name = split_output(output_dir)
     if name and (share_weights or len(models) > 1):
         raise UsageError(f"-o {output_dir} names one compiled model; give a directory (-o DIR/) for a batch")
-    options = shaping_to_options(
-        shaping, jobs, memory_budget,
-        output_name=name,
-        force=force,
-        verify=verify,
-        verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
-        inputs=given_inputs(input_args, inputs_file),
-        if_changed=if_changed,
-    )
+    settings, config = configured(list(models), take_shaping(rest))
+    check_scheduling(settings.values(), jobs, memory_budget)
+    common = dict(output_name=name, force=force, verify=verify, verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
+                  inputs=given_inputs(input_args, inputs_file), if_changed=if_changed)
+    options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
     if share_weights:
         from ortcompile.compile.sharing import compile_shared
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared([Path(m) for m in models], directory, options, out.reporter())
+        results = compile_shared([Path(m) for m in models], directory, _one_for_all(options), out.reporter())
     else:
         from ortcompile.compile.job import compile_models
 
-        results = compile_models(list(models), directory, options, out.reporter())
+        results = compile_models(list(models), directory, lambda model: options[str(model)], out.reporter())
     if depfile:
         from ortcompile.output.incremental import depfile_rule, write_depfile
 
-        write_depfile(Path(depfile), [depfile_rule(r.model_path, r.inputs) for r in results])
+        settings_file = [Path(config.shown)] if config.path is not None else []  # a config edit makes make ask again
+        write_depfile(Path(depfile), [depfile_rule(r.model_path, [*r.inputs, *settings_file]) for r in results])
     out.result({"outputs": [r.to_json() for r in results]}, [summary_line(r) for r in results])
+
+
+def _one_for_all(options: dict[str, CompileOptions]) -> CompileOptions:
+    """--share-weights compiles the batch as one unit: the config must not give its models different settings."""
+    first = next(iter(options.values()))
+    differing = [model for model, o in options.items() if o != first]
+    if differing:
+        raise UsageError(f"--share-weights compiles the batch with one set of options, but the config file gives {differing[0]} "
+                         f"other settings than {next(iter(options))}")
+    return first
 
 
 def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,15 @@
-"""The options that shape a compiled output, shared by `compile` and `split` (a part compiles as the whole would)."""
+"""The options that shape a compiled output, shared by `compile` and `split` (a part compiles as the whole would),
+and the config file (ortcompile/config.py) that gives each model its own."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
+from ortcompile.cli.output import current
 from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, pairs
 from ortcompile.errors import UsageError
 
@@ -38,51 +42,59 @@ _SHAPING = [
 ]
 SHAPING_NAMES = ("ep", "ep_options", "target", "ep_library", "inline_threshold", "align", "align_threshold", "shard_size", "embed", "fix_dims",
                  "fix_shapes", "freeze", "prepare", "partition", "max_context_size", "check_mode", "require_compiled")
+_CONFIG = [
+    click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False, path_type=str),
+                 help="Settings file (ortcompile.toml, or pyproject.toml with [tool.ortcompile]) [default: $ORTCOMPILE_CONFIG, else found upwards]."),
+    click.option("--no-config", is_flag=True, help="Read no settings file: built-in defaults and the command line only."),
+]
+_GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT)
 
 
 def shaping_options(func: Any) -> Any:
-    for option in reversed(_SHAPING):
+    for option in reversed([*_SHAPING, *_CONFIG]):
         func = option(func)
     return func
 
 
 def take_shaping(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Remove the shaping options from a command's keyword arguments (the rest are the command's own)."""
-    return {name: kwargs.pop(name) for name in SHAPING_NAMES}
+    """Remove the shaping options (and --config/--no-config) from a command's keyword arguments (the rest are the command's own)."""
+    return {name: kwargs.pop(name) for name in (*SHAPING_NAMES, "config_path", "no_config")}
+
+
+def configured(models: list[str], shaping: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], Any]:
+    """Each model's settings (built-in < config defaults < matching sections < options given here) and the Config."""
+    from ortcompile.config import resolve_config, settings_for_models
+
+    config = resolve_config(shaping["config_path"], enabled=not shaping["no_config"])
+    ctx = click.get_current_context()
+    passed = {name for name in SHAPING_NAMES if ctx.get_parameter_source(name) in _GIVEN}
+    reporter = current().reporter()
+    if config.path is not None:
+        reporter.detail(f"settings from {config.shown}")
+    return settings_for_models(config, models, command_line_values(shaping), passed, note=reporter.detail), config
+
+
+def command_line_values(shaping: dict[str, Any]) -> dict[str, Any]:
+    """The shaping options as the config's merge takes them: repeated KEY=VALUE options as dicts, checked."""
+    from ortcompile.compile.freeze import parse_freeze
+    from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
+
+    values = {name: shaping[name] for name in SHAPING_NAMES}
+    values.update(ep_options=pairs(shaping["ep_options"]), fix_dims=parse_fix_dims(shaping["fix_dims"]),
+                  fix_shapes=parse_fix_shapes(shaping["fix_shapes"]), freeze=parse_freeze(shaping["freeze"]))
+    return values
+
+
+def check_scheduling(settings: Iterable[dict[str, Any]], jobs: int | None, memory_budget: int | None) -> None:
+    """--jobs/--memory-budget schedule the parts of --partition: without any model compiled as parts they would do nothing."""
+    if (jobs is not None or memory_budget is not None) and all(s["partition"] is None and s["max_context_size"] is None for s in settings):
+        raise UsageError("--jobs/--memory-budget schedule the parts of --partition: add --partition auto (or a size)")
 
 
 def shaping_to_options(shaping: dict[str, Any], jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
-    """CompileOptions from the shaping options (and any other CompileOptions field in `rest`)."""
-    from ortcompile.compile.freeze import parse_freeze
-    from ortcompile.compile.layout import LayoutPolicy
-    from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
-    from ortcompile.options import CompileOptions
+    """CompileOptions from the shaping options alone, no config file (and any other CompileOptions field in `rest`)."""
+    from ortcompile.config import compile_options
 
-    return CompileOptions(
-        ep=shaping["ep"],
-        ep_options=pairs(shaping["ep_options"]),
-        target=shaping["target"],
-        ep_library=shaping["ep_library"],
-        layout=LayoutPolicy(shaping["inline_threshold"], shaping["align"], shaping["align_threshold"], shaping["shard_size"]),
-        embed=shaping["embed"],
-        fix_dims=parse_fix_dims(shaping["fix_dims"]),
-        fix_shapes=parse_fix_shapes(shaping["fix_shapes"]),
-        freeze=parse_freeze(shaping["freeze"]),
-        prepare=shaping["prepare"],
-        partition=_partition(shaping["partition"], shaping["max_context_size"], jobs, memory_budget),
-        max_context_size=shaping["max_context_size"],
-        check=shaping["check_mode"],
-        require_compiled=shaping["require_compiled"],
-        **rest,
-    )
-
-
-def _partition(size: int | None, max_context_size: int | None, jobs: int | None, memory_budget: int | None) -> Any:
-    """--partition SIZE|auto, or --max-context-size alone; --jobs/--memory-budget without them would do nothing: refused."""
-    if size is None and max_context_size is None:
-        if jobs is not None or memory_budget is not None:
-            raise UsageError("--jobs/--memory-budget schedule the parts of --partition: add --partition auto (or a size)")
-        return None
-    from ortcompile.options import PartitionOptions
-
-    return PartitionOptions(size or None, jobs, memory_budget)
+    values = command_line_values(shaping)
+    check_scheduling([values], jobs, memory_budget)
+    return compile_options(values, jobs=jobs, memory_budget=memory_budget, **rest)

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.shaping import shaping_options, shaping_to_options, take_shaping
+from ortcompile.cli.shaping import configured, shaping_options, take_shaping
 from ortcompile.errors import UsageError
 
 
@@ -27,12 +27,13 @@ def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest
     'make -f OUTPUT_DIR/<stem>.parts.mk -j N'.
     """
     from ortcompile.compile.split import plan_file_name, split_to
+    from ortcompile.config import compile_options
 
     out = current()
-    shaping = take_shaping(rest)
-    if shaping["partition"] is None and shaping["max_context_size"] is None:
-        shaping["partition"] = 0  # auto
-    options = shaping_to_options(shaping, force=force)
+    values = configured([model], take_shaping(rest))[0][model]
+    if values["partition"] is None and values["max_context_size"] is None:
+        values["partition"] = 0  # auto
+    options = compile_options(values, force=force)
     if options.partition is None:
         raise UsageError("split needs --partition SIZE|auto or --max-context-size")
     result = split_to(model, output_dir, options, stitch_output, out.reporter())

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import time
 import warnings
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,16 +68,21 @@ def compile_model(
         return job.run(workers)
 
 
-def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions | None = None,
+def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+                   options: CompileOptions | Callable[[str | os.PathLike[str]], CompileOptions] | None = None,
                    reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile each model into `output_dir`, one after another; stop at the first failure, naming the model.
 
-    Each compile is self-contained: an EP that compiles runs in its own worker child, so a batch gives the
-    bytes of single runs and peaks at its largest model, not at the sum.
+    `options` is one CompileOptions for every model, or a function giving each model its own (a config file's
+    per-model settings, see ortcompile/config.py). Each compile is self-contained: an EP that compiles runs in
+    its own worker child, so a batch gives the bytes of single runs and peaks at its largest model, not at the sum.
     """
-    if options and options.output_name and len(models) > 1:
-        raise UsageError(f"-o {options.output_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
-    targets = [OutputNames.for_compile(Path(m), options.output_name if options else None).model for m in models]
+    options_for = options if callable(options) else (lambda model: options)
+    per_model = [options_for(m) for m in models]
+    named = next((o.output_name for o in per_model if o and o.output_name), None)
+    if named and len(models) > 1:
+        raise UsageError(f"-o {named} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
+    targets = [OutputNames.for_compile(Path(m), o.output_name if o else None).model for m, o in zip(models, per_model)]
     clash = next((t for t in targets if targets.count(t) > 1), None)
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
@@ -85,7 +91,7 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
         if index < len(models) - 1:
             expect_more_workers()
         try:
-            results.append(compile_model(model, output_dir, options, reporter))
+            results.append(compile_model(model, output_dir, per_model[index], reporter))
         except OrtCompileError as exc:
             if len(models) > 1 and str(model) not in exc.message:
                 exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
