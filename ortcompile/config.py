@@ -18,13 +18,13 @@ import difflib
 import fnmatch
 import os
 import posixpath
-import re
 import sys
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ortcompile.configkeys import KEYS, bad_value, toml_key
 from ortcompile.errors import UsageError
 
 if sys.version_info >= (3, 11):
@@ -36,148 +36,9 @@ CONFIG_FILE = "ortcompile.toml"
 PYPROJECT = "pyproject.toml"
 ENV_VAR = "ORTCOMPILE_CONFIG"
 VCS_MARKERS = (".git", ".hg")  # the search stops at a repository's root, as black's does
-INT64_MAX = 2**63 - 1
 TABLES = ("ep_options", "fix_dims", "fix_shapes", "freeze")
 EP_BOUND = ("target", "ep_options", "ep_library")  # meaningful only for the EP they were chosen with
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
-               "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}  # as cli.params.ByteSize
 
-Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
-
-
-# ---------------------------------------------------------------- value checks: one line naming file and key
-
-
-def _bad(where: str, problem: str) -> UsageError:
-    return UsageError(f"{where}: {problem}")
-
-
-def _text(value: Any, where: str, base: Path) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _bad(where, f"expected a non-empty string, not {value!r}")
-    return value.strip()
-
-
-def _path(value: Any, where: str, base: Path) -> str:
-    return str(base / os.path.expanduser(_text(value, where, base)))  # relative to the config file, not the cwd
-
-
-def _bool(value: Any, where: str, base: Path) -> bool:
-    if not isinstance(value, bool):
-        raise _bad(where, f"expected true or false, not {value!r}")
-    return value
-
-
-def _choice(*choices: str) -> Check:
-    def check(value: Any, where: str, base: Path) -> str:
-        if value not in choices:
-            raise _bad(where, f"expected one of {', '.join(map(repr, choices))}, not {value!r}")
-        return str(value)
-
-    return check
-
-
-def parse_size(value: Any) -> int | None:
-    """A size as the command line takes it (4096, "4K", "64MiB", "2G"); None when it is not one."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value if value >= 0 else None
-    match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
-    if not match or match.group(2).lower() not in _SIZE_UNITS:
-        return None
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
-
-
-def _size(value: Any, where: str, base: Path) -> int:
-    size = parse_size(value)
-    if size is None:
-        raise _bad(where, f"expected a size in bytes (a whole number, or a string such as \"64MiB\"), not {value!r}")
-    return size
-
-
-def _positive_size(value: Any, where: str, base: Path) -> int:
-    size = _size(value, where, base)
-    if size <= 0:
-        raise _bad(where, f"expected a positive size, not {value!r}")
-    return size
-
-
-def _align(value: Any, where: str, base: Path) -> int:
-    from ortcompile.compile.layout import MAX_ALIGN
-
-    size = _size(value, where, base)
-    if size <= 0 or size & (size - 1) or size > MAX_ALIGN:
-        raise _bad(where, f"expected a power of two up to 16 MiB, not {value!r}")
-    return size
-
-
-def _partition(value: Any, where: str, base: Path) -> int:
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0  # as --partition auto: the EP's graph limit
-    size = _size(value, where, base)
-    if size <= 0:
-        raise _bad(where, "a part must hold a positive size of weights")
-    return size
-
-
-def _dim(value: Any, where: str, base: Path) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT64_MAX:
-        raise _bad(where, f"expected a positive whole number, not {value!r}")
-    return value
-
-
-def _shape(value: Any, where: str, base: Path) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise _bad(where, f"expected a list of dimensions such as [1, 3, 224, 224], not {value!r}")
-    return tuple(_dim(d, where, base) for d in value)
-
-
-def _number(value: Any, where: str, base: Path) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise _bad(where, f"expected a number, not {value!r}")
-    return value
-
-
-def _option_value(value: Any, where: str, base: Path) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise _bad(where, f"expected a string or a number (write booleans as the EP spells them, e.g. \"1\"), not {value!r}")
-    return str(value)
-
-
-def _table(check: Check) -> Check:
-    def check_table(value: Any, where: str, base: Path) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise _bad(where, f"expected a table such as {{ name = ... }}, not {value!r}")
-        return {key: check(item, f"{where}.{_key(key)}", base) for key, item in value.items()}
-
-    return check_table
-
-
-# TOML key -> (the command's parameter name, its check). The keys are the command-line flags without dashes.
-KEYS: dict[str, tuple[str, Check]] = {
-    "ep": ("ep", _text),
-    "ep-option": ("ep_options", _table(_option_value)),
-    "target": ("target", _text),
-    "ep-library": ("ep_library", _path),
-    "inline-threshold": ("inline_threshold", _size),
-    "align": ("align", _align),
-    "align-threshold": ("align_threshold", _size),
-    "shard-size": ("shard_size", _positive_size),
-    "embed": ("embed", _choice("auto", "always", "never")),
-    "fix-dim": ("fix_dims", _table(_dim)),
-    "fix-shape": ("fix_shapes", _table(_shape)),
-    "freeze": ("freeze", _table(_number)),
-    "prepare": ("prepare", _bool),
-    "partition": ("partition", _partition),
-    "max-context-size": ("max_context_size", _size),
-    "check": ("check_mode", _choice("none", "load", "run")),
-    "require-compiled": ("require_compiled", _bool),
-}
-FLAGS = {name: key for key, (name, _) in KEYS.items()}  # parameter name -> TOML key, for messages
-
-
-def _key(key: str) -> str:
-    """A key as TOML would print it: bare when it can be."""
-    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 # ---------------------------------------------------------------- the file
@@ -264,22 +125,22 @@ def _read_toml(path: Path, shown: str) -> dict[str, Any]:
 
 def _parse(path: Path, shown: str, table: Any, prefix: str) -> Config:
     if not isinstance(table, dict):
-        raise _bad(f"{shown}: {prefix.rstrip('.')}", "expected a table")
+        raise bad_value(f"{shown}: {prefix.rstrip('.')}", "expected a table")
     base = path.absolute().parent
     models = table.get("models", {})
     if not isinstance(models, dict):
-        raise _bad(f"{shown}: {prefix}models", 'expected tables such as [models."name"]')
+        raise bad_value(f"{shown}: {prefix}models", 'expected tables such as [models."name"]')
     sections = tuple(_section(shown, prefix, pattern, values, base) for pattern, values in models.items())
     defaults = _level_values({k: v for k, v in table.items() if k != "models"}, f"{shown}: {prefix}", base, allow_models=True)
     return Config(path, defaults, sections)
 
 
 def _section(shown: str, prefix: str, pattern: str, values: Any, base: Path) -> Section:
-    label = f"{shown}: {prefix}models.{_key(pattern)}"
+    label = f"{shown}: {prefix}models.{toml_key(pattern)}"
     if not isinstance(values, dict):
-        raise _bad(label, "expected a table of settings")
+        raise bad_value(label, "expected a table of settings")
     if not pattern.strip():
-        raise _bad(label, "the pattern is empty")
+        raise bad_value(label, "the pattern is empty")
     pattern = posixpath.normpath(pattern) if "/" in pattern else pattern  # "./x.onnx" as "x.onnx"
     return Section(pattern, label, _level_values(values, f"{label}.", base, allow_models=False))
 
@@ -291,9 +152,9 @@ def _level_values(table: dict[str, Any], where: str, base: Path, *, allow_models
             known = [*KEYS, *(["models"] if allow_models else [])]
             close = difflib.get_close_matches(key.replace("_", "-"), known, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else f" (known keys: {', '.join(known)})"
-            raise _bad(f"{where}{_key(key)}", f"unknown key{hint}")
+            raise bad_value(f"{where}{toml_key(key)}", f"unknown key{hint}")
         name, check = KEYS[key]
-        values[name] = check(value, f"{where}{_key(key)}", base)
+        values[name] = check(value, f"{where}{toml_key(key)}", base)
     return values
 
 
@@ -371,7 +232,7 @@ class ModelSettings:
             if level.optional_dims:
                 notes.append(f"{self.model}: no symbolic dimension {name!r}: fix-dim {name}={kept.pop(name)} from {level.label} left out")
             elif level.from_file:
-                raise _bad(f"{level.label}.fix-dim.{_key(name)}",
+                raise bad_value(f"{level.label}.fix-dim.{toml_key(name)}",
                            f"{self.model} has no symbolic dimension {name!r} (it has: {', '.join(sorted(dims)) or 'none'})")
             # the command line's pin for a single model: the compile itself refuses it, as without a config
         return replace(self, values={**self.values, "fix_dims": kept}, pins={k: v for k, v in self.pins.items() if k in kept}), notes

@@ -213,7 +213,7 @@ def test_config_option_environment_and_no_config(sandbox: Path, monkeypatch: pyt
     ("shard-size = \"2 parsecs\"\n", "ortcompile.toml: shard-size: expected a size in bytes"),
     ("inline-threshold = -1\n", "ortcompile.toml: inline-threshold: expected a size in bytes"),
     ("partition = 0\n", "ortcompile.toml: partition: a part must hold a positive size of weights"),
-    ("check = \"maybe\"\n", "ortcompile.toml: check: expected one of 'none', 'load', 'run'"),
+    ("check = \"maybe\"\n", "ortcompile.toml: check: expected one of 'auto', 'none', 'load', 'run'"),
     ("[fix-dim]\nbatch = 0\n", "ortcompile.toml: fix-dim.batch: expected a positive whole number, not 0"),
     ("fix-dim = { \"seq len\" = true }\n", 'ortcompile.toml: fix-dim."seq len": expected a positive whole number, not True'),
     ("fix-shape = { x = \"1,256\" }\n", "ortcompile.toml: fix-shape.x: expected a list of dimensions"),

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import click
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 10**6, "mib": 1 << 20,
-               "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
 
 
 class ByteSize(click.ParamType):
@@ -17,13 +13,12 @@ class ByteSize(click.ParamType):
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        match = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(value))
-        unit = match.group(2).lower() if match else ""
-        if not match or unit not in _SIZE_UNITS:
+        from ortcompile.sizes import parse_size
+
+        size = parse_size(value)
+        if size is None:
             self.fail(f"{value!r} is not a size (examples: 4096, 4K, 64MiB, 2G)", param, ctx)
-        return int(match.group(1)) * _SIZE_UNITS[unit]
+        return size
 
 
 class PartitionSize(ByteSize):

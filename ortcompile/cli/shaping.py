@@ -89,12 +89,3 @@ def check_scheduling(settings: Iterable[dict[str, Any]], jobs: int | None, memor
     """--jobs/--memory-budget schedule the parts of --partition: without any model compiled as parts they would do nothing."""
     if (jobs is not None or memory_budget is not None) and all(s["partition"] is None and s["max_context_size"] is None for s in settings):
         raise UsageError("--jobs/--memory-budget schedule the parts of --partition: add --partition auto (or a size)")
-
-
-def shaping_to_options(shaping: dict[str, Any], jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
-    """CompileOptions from the shaping options alone, no config file (and any other CompileOptions field in `rest`)."""
-    from ortcompile.config import compile_options
-
-    values = command_line_values(shaping)
-    check_scheduling([values], jobs, memory_budget)
-    return compile_options(values, jobs=jobs, memory_budget=memory_budget, **rest)

@@ -265,7 +265,8 @@ def fragment_name(stem: str) -> str:
 def part_cli_args(options: CompileOptions) -> list[str]:
     """The `ortcompile compile` arguments that compile a part as `--partition` does (what shapes the output)."""
     layout = options.layout
-    args = ["--ep", options.ep, *(a for k, v in sorted(options.ep_options.items()) for a in ("--ep-option", f"{k}={v}"))]
+    # --no-config: split applied the config already; read again, a section matching `<stem>*` would reach the parts
+    args = ["--no-config", "--ep", options.ep, *(a for k, v in sorted(options.ep_options.items()) for a in ("--ep-option", f"{k}={v}"))]
     args += ["--target", options.target] if options.target else []
     args += ["--ep-library", str(Path(options.ep_library).absolute())] if options.ep_library else []
     args += ["--inline-threshold", str(layout.inline_threshold), "--align", str(layout.align), "--align-threshold", str(layout.align_threshold)]

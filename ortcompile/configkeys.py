@@ -1,0 +1,143 @@
+"""The keys of a config file (docs/config.md) and the check of each value: one line naming the file and the key.
+
+The keys are the `compile` flags without their dashes; `KEYS` maps each to the command's parameter name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ortcompile.errors import UsageError
+from ortcompile.sizes import parse_size
+
+INT64_MAX = 2**63 - 1
+Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
+
+
+# ---------------------------------------------------------------- value checks: one line naming file and key
+
+
+def bad_value(where: str, problem: str) -> UsageError:
+    return UsageError(f"{where}: {problem}")
+
+
+def _text(value: Any, where: str, base: Path) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise bad_value(where, f"expected a non-empty string, not {value!r}")
+    return value.strip()
+
+
+def _path(value: Any, where: str, base: Path) -> str:
+    return str(base / os.path.expanduser(_text(value, where, base)))  # relative to the config file, not the cwd
+
+
+def _bool(value: Any, where: str, base: Path) -> bool:
+    if not isinstance(value, bool):
+        raise bad_value(where, f"expected true or false, not {value!r}")
+    return value
+
+
+def _choice(*choices: str) -> Check:
+    def check(value: Any, where: str, base: Path) -> str:
+        if value not in choices:
+            raise bad_value(where, f"expected one of {', '.join(map(repr, choices))}, not {value!r}")
+        return str(value)
+
+    return check
+
+
+def _size(value: Any, where: str, base: Path) -> int:
+    size = parse_size(value)
+    if size is None:
+        raise bad_value(where, f"expected a size in bytes (a whole number, or a string such as \"64MiB\"), not {value!r}")
+    return size
+
+
+def _positive_size(value: Any, where: str, base: Path) -> int:
+    size = _size(value, where, base)
+    if size <= 0:
+        raise bad_value(where, f"expected a positive size, not {value!r}")
+    return size
+
+
+def _align(value: Any, where: str, base: Path) -> int:
+    from ortcompile.compile.layout import MAX_ALIGN
+
+    size = _size(value, where, base)
+    if size <= 0 or size & (size - 1) or size > MAX_ALIGN:
+        raise bad_value(where, f"expected a power of two up to 16 MiB, not {value!r}")
+    return size
+
+
+def _partition(value: Any, where: str, base: Path) -> int:
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return 0  # as --partition auto: the EP's graph limit
+    size = _size(value, where, base)
+    if size <= 0:
+        raise bad_value(where, "a part must hold a positive size of weights")
+    return size
+
+
+def _dim(value: Any, where: str, base: Path) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= INT64_MAX:
+        raise bad_value(where, f"expected a positive whole number, not {value!r}")
+    return value
+
+
+def _shape(value: Any, where: str, base: Path) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise bad_value(where, f"expected a list of dimensions such as [1, 3, 224, 224], not {value!r}")
+    return tuple(_dim(d, where, base) for d in value)
+
+
+def _number(value: Any, where: str, base: Path) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise bad_value(where, f"expected a number, not {value!r}")
+    return value
+
+
+def _option_value(value: Any, where: str, base: Path) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise bad_value(where, f"expected a string or a number (write booleans as the EP spells them, e.g. \"1\"), not {value!r}")
+    return str(value)
+
+
+def _table(check: Check) -> Check:
+    def check_table(value: Any, where: str, base: Path) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise bad_value(where, f"expected a table such as {{ name = ... }}, not {value!r}")
+        return {key: check(item, f"{where}.{toml_key(key)}", base) for key, item in value.items()}
+
+    return check_table
+
+
+# TOML key -> (the command's parameter name, its check). The keys are the command-line flags without dashes.
+KEYS: dict[str, tuple[str, Check]] = {
+    "ep": ("ep", _text),
+    "ep-option": ("ep_options", _table(_option_value)),
+    "target": ("target", _text),
+    "ep-library": ("ep_library", _path),
+    "inline-threshold": ("inline_threshold", _size),
+    "align": ("align", _align),
+    "align-threshold": ("align_threshold", _size),
+    "shard-size": ("shard_size", _positive_size),
+    "embed": ("embed", _choice("auto", "always", "never")),
+    "fix-dim": ("fix_dims", _table(_dim)),
+    "fix-shape": ("fix_shapes", _table(_shape)),
+    "freeze": ("freeze", _table(_number)),
+    "prepare": ("prepare", _bool),
+    "partition": ("partition", _partition),
+    "max-context-size": ("max_context_size", _size),
+    "check": ("check_mode", _choice("auto", "none", "load", "run")),
+    "require-compiled": ("require_compiled", _bool),
+}
+FLAGS = {name: key for key, (name, _) in KEYS.items()}  # parameter name -> TOML key, for messages
+
+
+def toml_key(key: str) -> str:
+    """A key as TOML would print it: bare when it can be."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else '"' + key.replace("\\", "\\\\").replace('"', '\\"') + '"'
