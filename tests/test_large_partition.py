@@ -4,10 +4,12 @@
 - a 4.8 GB model in 6 QNN partitions compiled with `--partition auto --jobs 1`: the whole process tree (parent,
   part workers, check child) stays under 4 x the largest part + 1 GiB, from the OS's accounting; the stitched
   output loads in one QNN session and agrees with the CPU EP;
-- a 2.4 GB model that is one QNN graph, compiled with fp32 weights (`--ep-option soc_model=0`: QNN's generic SoC;
-  the default target, HTP v73, stores fp16 and halves the graph): unpartitioned it fails to finalize
-  (QNN_COMMON_ERROR_MEM_ALLOC) and publishes nothing; with `--max-context-size 1GiB` it compiles, loads and agrees
-  with the CPU EP.
+
+Both compile with fp32 weights (`--ep-option soc_model=0`, QNN's generic SoC): the default target (HTP v73)
+stores fp16, which halves the graphs (the 2.4 GB graph would then fit in one) and did not survive this 18-layer
+chain (measured: its output compared with the CPU's gave a NaN SNR, i.e. non-finite values).
+- a 2.4 GB model that is one QNN graph: unpartitioned it fails to finalize (QNN_COMMON_ERROR_MEM_ALLOC) and
+  publishes nothing; with `--max-context-size 1GiB` it compiles, loads and agrees with the CPU EP.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ except ImportError:  # pragma: no cover
 
 pytestmark = pytest.mark.large
 GiB = 1 << 30
-# fp16 on the HTP (the default target): verify's fp16 criterion.
+FP32 = ("--ep-option", "soc_model=0")  # QNN's generic SoC: fp32 weights in the HTP graphs
+# verify's fp16 criterion: the HTP's fp32 graphs pass it with a wide margin, a wrongly stitched model does not.
 MIN_SNR_DB, MIN_COSINE = 20.0, 0.995
 
 
@@ -75,7 +78,7 @@ def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_parti
     largest_part = 1 * GiB  # --partition auto: at most 1 GiB of weights per part
     bound = 4 * largest_part + GiB
     out = tmp_path / "out"
-    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", "--partition", "auto", "--jobs", "1",
+    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", *FP32, "--partition", "auto", "--jobs", "1",
                           "--memory-budget", bound, "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["outputs"][0]
@@ -92,8 +95,7 @@ def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_parti
     manifest = json.loads((out / "six_ctx.manifest.json").read_text())
     assert len(manifest["parts"]) == len(parts)
     blobs = sorted(p.name for p in out.glob("six_ctx_part*_qnn.bin"))
-    # the default target (HTP v73) stores the weights in fp16: half their fp32 bytes
-    assert len(blobs) == len(parts) and sum((out / b).stat().st_size for b in blobs) >= 0.45 * model.total_bytes
+    assert len(blobs) == len(parts) and sum((out / b).stat().st_size for b in blobs) >= 0.9 * model.total_bytes
     _agrees_with_cpu(out / "six_ctx.onnx", model)
 
 
@@ -106,13 +108,12 @@ def one_graph(tmp_path_factory: pytest.TempPathFactory) -> BigModel:
 def test_one_qnn_graph_over_2_gb_compiles_with_max_context_size(one_graph: BigModel, tmp_path: Path) -> None:
     model = one_graph
     assert model.total_bytes >= 2.2e9
-    fp32 = ("--ep-option", "soc_model=0")  # one 2.4 GB HTP graph: over the ~2 GB it can hold
-    whole, _ = _compile("compile", model.path, "-o", tmp_path / "whole", "--ep", "qnn", *fp32)
+    whole, _ = _compile("compile", model.path, "-o", tmp_path / "whole", "--ep", "qnn", *FP32)  # one 2.4 GB HTP graph
     assert whole.returncode == 1, whole.stderr
     assert "QNN_COMMON_ERROR_MEM_ALLOC" in whole.stderr and whole.stderr.count("\n") == 1
     assert not (tmp_path / "whole").exists(), "a failed compile leaves nothing behind"
     out = tmp_path / "parts"
-    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", *fp32, "--max-context-size", "1GiB", "--json")
+    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", *FP32, "--max-context-size", "1GiB", "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["outputs"][0]
     print(f"--max-context-size 1GiB: {len(result['parts']['parts'])} parts, tree peak {peak / GiB:.2f} GiB, {result['timings']}")
