@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from ortcompile.compile.job import compile_model
     from ortcompile.compile.layout import LayoutPolicy
     from ortcompile.options import CompileOptions, CompileResult
+    from ortcompile.run.load import load_session
 
 _LAZY = {
     "CompileOptions": "ortcompile.options",
@@ -23,6 +24,7 @@ _LAZY = {
     "CompiledArtifact": "ortcompile.compile.buffers",
     "compile_to_buffers": "ortcompile.compile.buffers",
     "open_session": "ortcompile.compile.buffers",
+    "load_session": "ortcompile.run.load",
 }
 
 
@@ -42,5 +44,6 @@ __all__ = [
     "__version__",
     "compile_model",
     "compile_to_buffers",
+    "load_session",
     "open_session",
 ]

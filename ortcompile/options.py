@@ -104,6 +104,9 @@ class CompileResult:
     prepare: dict[str, Any] | None = None  # what the prepare step did (PrepareSummary), None when it did not run
     check: dict[str, Any] | None = None  # the pre-publish check's report (CheckReport.to_json)
     parts: dict[str, Any] | None = None  # --partition: the budget and each part's outcome
+    compiled_ops: dict[str, int] = field(default_factory=dict)  # op type -> source nodes now inside EPContext nodes (the manifest's)
+    target: dict[str, Any] | None = None  # what the EP compiled for (the manifest's target record)
+    compatibility: dict[str, Any] | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
 
     @classmethod
     def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
@@ -115,11 +118,25 @@ class CompileResult:
             graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
             inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
             inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
+            compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
         )
 
     @property
     def model_path(self) -> Path:
         return self.output_dir / self.model
+
+    @property
+    def cpu_nodes(self) -> int | None:
+        """Nodes that run on the CPU EP: as the pre-publish check's session placed them; without a check, the nodes
+        a compiling EP (or the CPU EP) left in the graph; None when that cannot say (a pass-through GPU EP)."""
+        from ortcompile.eps.catalog import CPU_EP
+
+        placement = (self.check or {}).get("placement")
+        if placement:
+            return sum(placement.get(CPU_EP, {}).values())
+        if self.epcontext_nodes or self.ep == CPU_EP:
+            return sum(self.remaining_ops.values())
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,7 +148,9 @@ class CompileResult:
             "files": self.files,
             "total_bytes": sum(f["size"] for f in self.files),
             "epcontext_nodes": self.epcontext_nodes,
+            "compiled_ops": self.compiled_ops,
             "remaining_ops": self.remaining_ops,
+            "cpu_nodes": self.cpu_nodes,
             "graph_bytes": self.graph_bytes,
             "initializers": {"external": self.external_initializers, "inline": self.inline_initializers},
             "timings": {k: round(v, 3) for k, v in self.timings.items()},
@@ -139,6 +158,8 @@ class CompileResult:
             "peak_rss_by_stage": self.peak_rss_by_stage,
             "prepare": self.prepare,
             "check": self.check,
+            "target": self.target,
+            "compatibility": self.compatibility,
             "parts": self.parts,
             "up_to_date": self.up_to_date,
         }

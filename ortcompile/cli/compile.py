@@ -64,7 +64,18 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
         settings_file = [Path(config.shown)] if config.path is not None else []  # a config edit makes make ask again
         write_depfile(Path(depfile), [depfile_rule(r.model_path, [*r.inputs, *settings_file]) for r in results])
-    out.result({"outputs": [r.to_json() for r in results]}, [summary_line(r) for r in results])
+    documents = [r.to_json() for r in results]
+    _placement_detail(documents, out.reporter())
+    out.result({"outputs": documents}, [summary_line(r) for r in results])
+
+
+def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
+    """-v: per model, which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
+    from ortcompile.cli.render import compile_placement
+
+    for document in documents:
+        for line in compile_placement(document):
+            reporter.detail(line)
 
 
 def _one_for_all(options: dict[str, CompileOptions]) -> CompileOptions:
@@ -92,5 +103,6 @@ def summary_line(result: CompileResult) -> str:
         return f"{result.model_path}: up to date"
     total = sum(f["size"] for f in result.files)
     verified = "; verified against the source" if "verify" in result.timings else ""
+    on_cpu = f", {plural(result.cpu_nodes, 'node')} on CPU" if result.cpu_nodes else ""
     return (f"{result.model_path}: {plural(result.epcontext_nodes, 'EPContext node')}, {plural(len(result.files), 'file')}, "
-            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile ({result.ep}){verified}")
+            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile{on_cpu} ({result.ep}){verified}")

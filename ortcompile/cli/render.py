@@ -1,7 +1,9 @@
-"""Human-readable text for inspect and verify reports (the JSON forms come from their to_json)."""
+"""Human-readable text for inspect, placement, verify and bench reports (the JSON forms come from their to_json)."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import Any
 
 
@@ -73,6 +75,55 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
         how = "sizes and sha256" if manifest["hashed"] else "sizes only (--check hashes)"
         lines.append(f"manifest   {manifest['path']}: {'ok' if manifest['ok'] else 'PROBLEMS'} ({how}, {plural(len(manifest['files']), 'file')})")
     lines += [f"problem    {p}" for p in report["problems"]]
+    return lines
+
+
+def _ops(counts: dict[str, int] | None) -> str:
+    """'Mod 1, Sinh 1': op type counts as one phrase."""
+    return ", ".join(f"{op} {n}" for op, n in (counts or {}).items())
+
+
+def placement_text(placement: dict[str, Any]) -> list[str]:
+    """`inspect --placement`: the session's EP, each EP's nodes by op type, what the EP refused and why."""
+    target = f" (target {placement['target']})" if placement["target"] else ""
+    lines = [f"placement  opened on {placement['ep']}{target} in {placement['session_seconds']:.2f}s"]
+    for ep, entry in _ep_first(placement["eps"], placement["ep"]):
+        lines.append(f"  ep       {ep}: {plural(len(entry['nodes']), 'node')} ({_ops(entry['ops'])})")
+    refused = placement["refused"]
+    if refused is None:
+        return lines
+    if not refused:
+        return [*lines, f"refused    nothing: {placement['ep']} takes every node"]
+    how = "left them out of its EPContext nodes when compiling" if placement["compiled"] else "did not take them"
+    lines.append(f"refused    {_ops(refused)}: {placement['ep']} {how}; they run on the CPU EP")
+    lines += [f"  reason   {r['op_type']}{' ' + repr(r['name']) if r['name'] else ''}: {r['reason']}" for r in placement["reasons"]]
+    if placement["compiled"] and not placement["reasons"]:
+        lines.append("  reason   not kept in a compiled model: 'ortcompile inspect SOURCE --placement --ep EP' shows the EP's reasons")
+    return lines
+
+
+def _ep_first(by_ep: dict[str, Any], ep: str) -> list[tuple[str, Any]]:
+    """The EP the model was opened on (or compiled for) first, then the others (the CPU EP) by name."""
+    return sorted(by_ep.items(), key=lambda item: (item[0] != ep, item[0]))
+
+
+def compile_placement(result: dict[str, Any]) -> list[str]:
+    """`compile -v`: which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
+    if result["up_to_date"]:
+        return []
+    name = Path(result["source"]).name
+    compiled = f", compiled from {_ops(result['compiled_ops'])}" if result["compiled_ops"] else ""
+    placement = (result["check"] or {}).get("placement")
+    if not placement:
+        return [f"{name}: placement not checked (no pre-publish check ran): {plural(result['epcontext_nodes'], 'EPContext node')}{compiled}; "
+                f"left outside them: {_ops(result['remaining_ops']) or 'nothing'}"]
+    lines = [f"{name}: {ep} runs {plural(sum(ops.values()), 'node')} ({_ops(ops)}{compiled if 'EPContext' in ops else ''})"
+             for ep, ops in _ep_first(placement, result["ep"])]
+    if result["epcontext_nodes"] and result["remaining_ops"]:
+        from ortcompile.eps.catalog import short_name_for
+
+        why = f"ortcompile inspect {shlex.quote(result['source'])} --placement --ep {short_name_for(result['ep'])}"
+        lines.append(f"{name}: {result['ep']} refused {_ops(result['remaining_ops'])}; they run on the CPU EP ('{why}' shows its reasons)")
     return lines
 
 

@@ -287,6 +287,7 @@ class CompileJob:
         self.timings["verify"] = time.perf_counter() - clock
 
     def result(self, built: Built, manifest: Manifest) -> CompileResult:
+        compatibility = self.compatibility()
         return CompileResult(
             source=self.source.path,
             output_dir=self.output_dir,
@@ -305,7 +306,22 @@ class CompileJob:
             peak_rss_by_stage=dict(self.peaks),
             prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
             check=self.check_report,
+            compiled_ops=manifest.nodes.get("compiled_ops", {}),
+            target=manifest.target,
+            compatibility=compatibility,
         )
+
+    def compatibility(self) -> dict[str, Any] | None:
+        """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
+        that compiled). None for a library given with --ep-library, which the child cannot find by name."""
+        from ortcompile.eps.compat import check_compatibility
+
+        if self.options.ep_library:
+            return None
+        clock = time.perf_counter()
+        report = check_compatibility(self.output_dir / self.names.model).to_json()
+        self.timings["compatibility"] = time.perf_counter() - clock
+        return report
 
 
 def plan_source(source_path: Path, options: CompileOptions) -> tuple[SourceModel, eps.ResolvedEp, Pins, bool]:

@@ -41,6 +41,7 @@ def to_json(report: ParityReport) -> dict[str, Any]:
     """For the compile result (--json): everything the check measured."""
     return {"mode": report.mode, "ok": report.ok, "error": report.error, "hint": report.hint,
             "seconds": {k: round(v, 3) for k, v in report.seconds.items()}, "placement": report.placement,
+            "placement_nodes": report.placement_nodes,
             "criterion": report.criterion, "outputs": report.outputs, "dims": report.dims, "notes": report.notes}
 
 

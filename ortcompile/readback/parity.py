@@ -63,6 +63,7 @@ class ParityReport:
     hint: str = ""  # the likely cause and what to try
     seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
+    placement_nodes: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # EP -> [{name, op_type, domain}]
     criterion: dict[str, Any] = field(default_factory=dict)
     criterion_text: str = ""
     runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "outputs": [OutputComparison.to_json()]}
@@ -110,7 +111,8 @@ def _switch_hint(source: Path) -> str:
 
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
-    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, placement, run_session
+    from ortcompile.readback.placement import assigned_nodes, counts_by_ep, nodes_by_ep
+    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
 
     label = f"the compiled {request.model.name}"
     try:
@@ -119,7 +121,8 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
         _refuse_invalid_source(request)
         raise
     report.seconds["compiled"] = timed.seconds
-    report.placement = placement(timed.session)
+    assigned = assigned_nodes(timed.session)
+    report.placement, report.placement_nodes = counts_by_ep(assigned), nodes_by_ep(assigned)
     off_ep = report.placement.get(CPU_EP, {}).get("EPContext", 0)
     if off_ep:
         raise OrtCompileError(f"{off_ep} EPContext node(s) of {request.model.name} were not taken by {ep.name}")

@@ -9,6 +9,7 @@ session on the CPU EP and runs again). The first is refused by `require_provider
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -46,15 +47,19 @@ def session_options(ep: ResolvedEp | None, dims: Mapping[str, int] | None = None
 
 def open_session(model: Path | bytes, ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, *,
                  config: Mapping[str, str] | None = None, options: Any = None, label: str | None = None,
-                 failure: str = "session creation failed") -> TimedSession:
-    """A session on `ep` (None: the CPU EP); load time measured; no CPU fallback at creation or at run time."""
+                 failure: str = "session creation failed", redirect_native: bool = True) -> TimedSession:
+    """A session on `ep` (None: the CPU EP); load time measured; no CPU fallback at creation or at run time.
+
+    `redirect_native=False` leaves file descriptors 1 and 2 alone (in an application's process, or when the
+    caller captures the EP's log itself)."""
     import onnxruntime as ort
 
     options = options if options is not None else session_options(ep, dims, config)
     shown = label or (str(model) if isinstance(model, Path) else "the model")
     start = time.perf_counter()
+    guard = native_stdout_to_stderr(quiet_stderr=True) if redirect_native else contextlib.nullcontext()
     try:
-        with native_stdout_to_stderr(quiet_stderr=True):
+        with guard:
             session = ort.InferenceSession(str(model) if isinstance(model, Path) else model, options)
     except Exception as exc:
         text = str(exc)
@@ -90,16 +95,6 @@ def run_session(session: Any, feeds: Mapping[str, Any], label: str, ep: Resolved
         who = f"the {ep.info.short_name} EP" if ep is not None and ep.name != CPU_EP else "ONNX Runtime"
         raise CompilationFailed(f"{label}: {who} failed while running it: {ort_reason(exc)}", detail=str(exc)) from exc
     return dict(zip(names, values))
-
-
-def placement(session: Any) -> dict[str, dict[str, int]]:
-    """EP name -> {op type: nodes} for a session opened with RECORD_ASSIGNMENT set (ORT 1.31)."""
-    counts: dict[str, dict[str, int]] = {}
-    for subgraph in session.get_provider_graph_assignment_info():
-        per_op = counts.setdefault(subgraph.ep_name, {})
-        for node in subgraph.get_nodes():
-            per_op[node.op_type] = per_op.get(node.op_type, 0) + 1
-    return {ep: dict(sorted(ops.items())) for ep, ops in sorted(counts.items())}
 
 
 def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict[str, int], timeout: float = 600) -> str:
