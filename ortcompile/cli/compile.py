@@ -47,7 +47,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     settings, config = configured(list(models), take_shaping(rest))
     check_scheduling(settings.values(), jobs, memory_budget)
     common = dict(output_name=name, force=force, verify=verify, verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
-                  inputs=given_inputs(input_args, inputs_file), if_changed=if_changed)
+                  inputs=given_inputs(input_args, inputs_file), if_changed=if_changed, compatibility=out.as_json)
     options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
     if share_weights:
         from ortcompile.compile.sharing import compile_shared

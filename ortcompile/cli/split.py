@@ -26,6 +26,7 @@ def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest
     byte-identical to 'ortcompile compile MODEL --partition ...'. OUTPUT_DIR/<stem>.parts.mk does all of it:
     'make -f OUTPUT_DIR/<stem>.parts.mk -j N'.
     """
+    from ortcompile.cli.render import human_size, plural
     from ortcompile.compile.split import plan_file_name, split_to
     from ortcompile.config import compile_options
 
@@ -41,4 +42,5 @@ def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest
              for name, spec in zip(result.parts, result.plan.parts)]
     out.result({"plan": str(result.plan_file), "budget_bytes": result.plan.budget, "parts": parts,
                 "make_fragment": str(result.directory / f"{result.stem}.parts.mk")},
-               [f"{result.directory / plan_file_name(result.stem)}: {len(result.parts)} parts of at most {result.plan.budget} bytes of weights"])
+               [f"{result.directory / plan_file_name(result.stem)}: {plural(len(result.parts), 'part')} of at most "
+                f"{human_size(result.plan.budget)} of weights"])

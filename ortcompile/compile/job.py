@@ -313,10 +313,11 @@ class CompileJob:
 
     def compatibility(self) -> dict[str, Any] | None:
         """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
-        that compiled). None for a library given with --ep-library, which the child cannot find by name."""
+        that compiled). None unless asked (options.compatibility: the CLI's --json), and for a library given with
+        --ep-library, which the child cannot find by name."""
         from ortcompile.eps.compat import check_compatibility
 
-        if self.options.ep_library:
+        if self.options.ep_library or not self.options.compatibility:
             return None
         clock = time.perf_counter()
         report = check_compatibility(self.output_dir / self.names.model).to_json()

@@ -66,7 +66,7 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
                         plan_record(job, None, parts_dir), link_sources=True)
     job.timings["split"] = time.perf_counter() - clock
-    job.reporter.detail(f"split into {len(split.parts)} parts of at most {split.plan.budget} bytes of weights: "
+    job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {split.plan.budget >> 20} MiB of weights: "
                         + ", ".join(f"{p.weight_bytes >> 20} MiB" for p in split.plan.parts))
     clock = time.perf_counter()
     try:

@@ -125,7 +125,7 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
     report.placement, report.placement_nodes = counts_by_ep(assigned), nodes_by_ep(assigned)
     off_ep = report.placement.get(CPU_EP, {}).get("EPContext", 0)
     if off_ep:
-        raise OrtCompileError(f"{off_ep} EPContext node(s) of {request.model.name} were not taken by {ep.name}")
+        raise OrtCompileError(f"{off_ep} EPContext node{'s' if off_ep > 1 else ''} of {request.model.name} not taken by {ep.name}")
     if request.mode != "run":
         return [], []
     feeds = _feeds(request, timed.session, report)
