@@ -240,17 +240,21 @@ def write_cpu_model(directory: str | os.PathLike[str], name: str = "bigcpu", min
 
 
 def write_qnn_model(directory: str | os.PathLike[str], name: str = "bigqnn", partitions: int = 3, layers_per_partition: int = 3,
-                    width: int = 8192, seed: int = 0) -> BigModel:
+                    width: int = 8192, seed: int = 0, damping: float | None = None) -> BigModel:
     """`partitions` groups of `layers_per_partition` [width x width] MatMul + Add, separated by Sinh.
 
     Defaults: 9 weights of 256 MiB = 2.25 GiB of weights, 3 QNN partitions of 768 MiB each
-    (one HTP graph over ~2 GB fails to finalize; ~1 GB ones compile).
+    (one HTP graph over ~2 GB fails to finalize; ~1 GB ones compile). Each Sinh squares the spread of what
+    it gets (exponentially): past ~3 groups the outputs overflow, even in fp32. `damping` multiplies by a small
+    constant before each Sinh (a Mul, in the QNN partition), so any number of groups stays finite.
     """
     builder = _GraphBuilder("x", width)
     for p in range(partitions):
         for _ in range(layers_per_partition):
             builder.linear(width)
         if p < partitions - 1:
+            if damping is not None:
+                builder.scale(damping)
             builder.unary("Sinh")
     return _save(builder, Path(directory), name, (1, width), partitions, seed)
 

@@ -5,9 +5,9 @@
   part workers, check child) stays under 4 x the largest part + 1 GiB, from the OS's accounting; the stitched
   output loads in one QNN session and agrees with the CPU EP;
 
-Both compile with fp32 weights (`--ep-option soc_model=0`, QNN's generic SoC): the default target (HTP v73)
-stores fp16, which halves the graphs (the 2.4 GB graph would then fit in one) and did not survive this 18-layer
-chain (measured: its output compared with the CPU's gave a NaN SNR, i.e. non-finite values).
+The first compiles for the default target (HTP v73, fp16 weights: 2.4 GB of contexts, which the simulator loads in
+one session; 4.8 GB of fp32 contexts fail there with QNN_COMMON_ERROR_MEM_ALLOC, measured). The second needs fp32
+weights (`--ep-option soc_model=0`, QNN's generic SoC) for its one graph to be over what HTP can hold.
 - a 2.4 GB model that is one QNN graph: unpartitioned it fails to finalize (QNN_COMMON_ERROR_MEM_ALLOC) and
   publishes nothing; with `--max-context-size 1GiB` it compiles, loads and agrees with the CPU EP.
 """
@@ -69,7 +69,7 @@ def _agrees_with_cpu(compiled: Path, model: BigModel) -> dict[str, float]:
 @pytest.fixture(scope="module")
 def six_partitions(tmp_path_factory: pytest.TempPathFactory) -> BigModel:
     pytest.importorskip("onnxruntime_qnn")
-    return write_qnn_model(tmp_path_factory.mktemp("six"), "six", partitions=6, layers_per_partition=3)
+    return write_qnn_model(tmp_path_factory.mktemp("six"), "six", partitions=6, layers_per_partition=3, damping=0.25)
 
 
 def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_partitions: BigModel, tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_parti
     largest_part = 1 * GiB  # --partition auto: at most 1 GiB of weights per part
     bound = 4 * largest_part + GiB
     out = tmp_path / "out"
-    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", *FP32, "--partition", "auto", "--jobs", "1",
+    proc, peak = _compile("compile", model.path, "-o", out, "--ep", "qnn", "--partition", "auto", "--jobs", "1",
                           "--memory-budget", bound, "--json")
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)["outputs"][0]
@@ -95,7 +95,9 @@ def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_parti
     manifest = json.loads((out / "six_ctx.manifest.json").read_text())
     assert len(manifest["parts"]) == len(parts)
     blobs = sorted(p.name for p in out.glob("six_ctx_part*_qnn.bin"))
-    assert len(blobs) == len(parts) and sum((out / b).stat().st_size for b in blobs) >= 0.9 * model.total_bytes
+    # fp16 weights: half their fp32 bytes
+    assert len(blobs) == len(parts) and sum((out / b).stat().st_size for b in blobs) >= 0.45 * model.total_bytes
+    assert result["check"]["mode"] == "load" and result["check"]["ok"], "the stitched output was loaded before it was published"
     _agrees_with_cpu(out / "six_ctx.onnx", model)
 
 

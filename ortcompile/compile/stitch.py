@@ -29,7 +29,7 @@ from ortcompile.compile.finish import Built, finish, node_counts, open_destinati
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.sharing import SharedDataPass
-from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileWarning, UsageError, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
     from ortcompile.compile.job import Workers
 
 PARTS_FORMAT = "ortcompile-parts/1"
-# A check that runs the stitched model holds the source on the CPU EP and the contexts on the EP at once.
-CHECK_RUN_FACTOR, CHECK_LOAD_FACTOR, CHECK_PROCESS_BYTES = 3, 2, 512 << 20
+# A worker child with onnxruntime and the EP loaded, before it opens a model (measured ~300 MiB with QNN).
+CHECK_PROCESS_BYTES = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -158,42 +158,46 @@ class StitchJob:
         return Built(self, files, graph, step)
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
-        """The stitched model opened on its EP (and run against the source) when it fits in memory; every part was
-        checked on its own when it was compiled."""
+        """The stitched model opened on its EP (and run against the source when it is at hand), like any output: never
+        published unopened unless --check none says so. Every part was also checked on its own when it compiled."""
         from ortcompile.compile.job import ep_precision
 
         mode = effective_check(self.options.check, sum(spec["weight_bytes"] for spec in self.plan.specs))
         if mode == "run" and self.source is None:
             self.reporter.detail(f"check: the source is not at {self.plan.directory / self.plan.source_path}: loading the output only")
             mode = "load"
-        mode = self._mode_within_memory(mode)
         if mode == "none":
             return {"mode": "none", "passed": None}
+        mode = self._mode_within_memory(mode, self._output_bytes(staging_dir))
         outcome = run_check(staging_dir / self.names.model, self.source or self.plan.path, self._request, self.ep.info.short_name, mode,
                             ep_precision(self.ep, op_counts=self.plan.source_ops), self.plan.dims,
                             self._given(), workers, self.reporter)
         self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
         return outcome.record
 
-    def _mode_within_memory(self, mode: str) -> str:
-        """A weaker check (or none, said loudly) when the stitched model does not fit in memory next to its source:
-        in --memory-budget when given (the whole compile stays within it), else in the memory available now."""
-        import warnings
+    def _output_bytes(self, staging_dir: Path) -> int:
+        """What opening the output costs: its staged files (the EP's contexts are read whole; data is mapped)."""
+        return sum(p.stat().st_size for p in staging_dir.iterdir() if p.is_file() and p.name.startswith(self.names.base))
 
+    def _mode_within_memory(self, mode: str, output_bytes: int) -> str:
+        """`run` becomes `load` when the output and the source do not fit in memory together; when the output alone
+        does not, nothing is published (--check none publishes it unopened). The limit is --memory-budget when
+        given (the whole compile stays within it), else the memory available now."""
         from ortcompile.compile.parts import available_memory
 
         budget = self.options.partition.memory_budget if self.options.partition else None
         limit = budget or available_memory()
-        weights = sum(spec["weight_bytes"] for spec in self.plan.specs)
-        for candidate, factor in (("run", CHECK_RUN_FACTOR), ("load", CHECK_LOAD_FACTOR)):
-            if mode == candidate and CHECK_PROCESS_BYTES + factor * weights > limit:
-                mode = "load" if candidate == "run" else "none"
-                self.reporter.detail(f"check: {candidate} would need ~{(CHECK_PROCESS_BYTES + factor * weights) / (1 << 30):.1f} GiB "
-                                     f"of {limit / (1 << 30):.1f} GiB {'in --memory-budget' if budget else 'available'}")
-                if mode == "none":
-                    warnings.warn(f"{self.names.model}: not opened before publishing: it does not fit in "
-                                  f"{'--memory-budget' if budget else 'the memory available'}; each part was checked when it compiled",
-                                  OrtCompileWarning, stacklevel=2)
+        where = "--memory-budget" if budget else "available"
+        load = CHECK_PROCESS_BYTES + output_bytes
+        source = sum(spec["weight_bytes"] for spec in self.plan.specs)
+        if mode == "run" and load + source > limit:
+            self.reporter.detail(f"check: load only: running next to the source needs ~{(load + source) / (1 << 30):.1f} GiB, "
+                                 f"{limit / (1 << 30):.1f} GiB {where}")
+            mode = "load"
+        if load > limit:
+            raise CompilationFailed(f"{self.names.model}: not published: opening it for the pre-publish check needs ~{load / (1 << 30):.1f} GiB, "
+                                    f"{limit / (1 << 30):.1f} GiB {where}; raise --memory-budget, or pass --check none to publish it "
+                                    "unopened (each part was checked when it compiled)")
         return mode
 
     def _given(self) -> dict[str, Any]:
