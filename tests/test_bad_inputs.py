@@ -448,7 +448,7 @@ def m(ws: Ws) -> Path:
 
 CASES: list[Case] = [
     # ---- the input file itself
-    Case("input-is-a-directory", lambda ws: ws.args(ws.src), 3, ("not a regular file",)),
+    Case("input-is-a-directory", lambda ws: ws.args(ws.src), 3, ("is a directory, not a model: give one of its models",)),
     Case("input-missing", lambda ws: ws.args(ws.src / "nope.onnx"), 3, ("nope.onnx", "no such file")),
     Case("empty-file", lambda ws: ws.args(ws.write("e.onnx", b"")), 3, ("e.onnx", "empty file")),
     Case("random-bytes", lambda ws: ws.args(ws.write("r.onnx", np.random.default_rng(1).bytes(4096))), 3, ("r.onnx", "not a valid ONNX model")),
