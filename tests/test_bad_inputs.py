@@ -47,7 +47,7 @@ from genmodels import (  # noqa: E402
     finalize_failing_model,
     initializer,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
     save,
     set_external,
@@ -836,7 +836,7 @@ def _interrupt(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path
     result = run_cli("compile", slow_model, "-o", out, "--ep", "cpu", "--inline-threshold", "0", env=env)  # previous output
     assert result.returncode == 0, result.stderr
     before = snapshot(out)
-    proc = popen_cli("compile", slow_model, "-o", out, "--ep", ep, "--force", env=env)
+    proc = popen_process("compile", slow_model, "-o", out, "--ep", ep, "--force", env=env)
     try:
         if when == "ep-compiling":  # the stage exists; QNN is inside its native compile for seconds
             assert _wait_for(lambda: bool(stage_dirs(out)), 60), "no staging directory appeared"

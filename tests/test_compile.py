@@ -30,6 +30,7 @@ from helpers import (
     max_abs_diff_vs_cpu,
     qnn_session,
     run_cli,
+    run_process,
     seeded_inputs,
     seeded_tensor,
     weights_model,
@@ -114,15 +115,18 @@ def test_fix_dim_value_reaches_the_compiled_model(tmp_path: Path) -> None:
     assert manifest["options"]["fix_dims"] == {"batch": 4}
 
 
-def _compile_split_cli(out: Path, *models: Path) -> dict[str, Any]:
-    proc = run_cli("compile", *models, FIXTURES / "split.onnx", "-o", out, "--ep", "qnn", "--embed", "never", "-q")
+def _compile_split_cli(out: Path, *models: Path, fresh_process: bool = False) -> dict[str, Any]:
+    """With `fresh_process`, `python -m ortcompile`: tests comparing the bytes of two runs use one process per run,
+    since each process hashes strings with its own seed (set order would show up as a difference only then)."""
+    run = run_process if fresh_process else run_cli
+    proc = run("compile", *models, FIXTURES / "split.onnx", "-o", out, "--ep", "qnn", "--embed", "never", "-q")
     assert proc.returncode == 0, proc.stderr
     return check_output_dir(out, "split")
 
 
 def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
     """Deterministic output: same input and options in a fresh process -> the same bytes in every file."""
-    first, second = _compile_split_cli(tmp_path / "1"), _compile_split_cli(tmp_path / "2")
+    first, second = _compile_split_cli(tmp_path / "1", fresh_process=True), _compile_split_cli(tmp_path / "2", fresh_process=True)
     assert first == second
     for entry in first["files"]:
         assert (tmp_path / "1" / entry["name"]).read_bytes() == (tmp_path / "2" / entry["name"]).read_bytes()
@@ -142,8 +146,8 @@ def test_cli_and_api_agree(tmp_path: Path) -> None:
 def test_multi_model_cli_is_deterministic(tmp_path: Path) -> None:
     """QNN keeps process-global counters that end up in the blob (functional-3): a model compiled after
     another one in the same command must still give the bytes it gives alone."""
-    alone = _compile_split_cli(tmp_path / "alone")
-    after_mlp = _compile_split_cli(tmp_path / "after", FIXTURES / "mlp.onnx")
+    alone = _compile_split_cli(tmp_path / "alone", fresh_process=True)
+    after_mlp = _compile_split_cli(tmp_path / "after", FIXTURES / "mlp.onnx", fresh_process=True)
     assert alone["files"] == after_mlp["files"]
 
 

@@ -27,7 +27,7 @@ from genmodels import (  # noqa: E402
     cli_env,
     external_mlp,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
     save,
     stage_dirs,
@@ -47,7 +47,7 @@ def _files(directory: Path, stem: str) -> dict[str, bytes]:
 
 def _run_all(commands: list[list[object]], env: dict[str, str]) -> list[tuple[int, str, str]]:
     """Start every command at once, then wait for all."""
-    procs = [popen_cli(*cmd, env=env) for cmd in commands]
+    procs = [popen_process(*cmd, env=env) for cmd in commands]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=600)
@@ -239,7 +239,7 @@ def test_stale_stage_is_only_recovered_under_the_publish_lock(tmp_path: Path) ->
     fd = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # we are "a publisher in the middle of its renames"
-        proc = popen_cli("compile", other, "-o", out, "--ep", "cpu", "-v", env=_env(tmp_path))
+        proc = popen_process("compile", other, "-o", out, "--ep", "cpu", "-v", env=_env(tmp_path))
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
         reader.start()

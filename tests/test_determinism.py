@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_process
 
 DOC = REPO / "docs" / "output-layout.md"
 
 
 def compile_in(cwd: Path, *args: object) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", *map(str, args), "-q"], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(cwd / ".xdg-cache")})
+    """A fresh process per run, not run_cli: each process hashes strings with its own seed, so an output that
+    depended on set or dict-of-set order would differ between two runs here (in one process it would not)."""
+    proc = run_process("compile", *args, "-q", cwd=cwd, env={**os.environ, "XDG_CACHE_HOME": str(cwd / ".xdg-cache")})
     assert proc.returncode == 0, proc.stderr
 
 

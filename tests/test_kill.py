@@ -38,8 +38,9 @@ from genmodels import (  # noqa: E402
     external_mlp,
     file_sha256,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
+    run_process,
     save,
     stage_dirs,
     write_mixed_big_model,
@@ -112,7 +113,7 @@ class KilledRun:
     killed_at: float = 0.0
 
     def start(self) -> None:
-        self.proc = popen_cli(*self.args, "-v", env=cli_env({"XDG_CACHE_HOME": str(self.out.parent / "xdg")}))
+        self.proc = popen_process(*self.args, "-v", env=cli_env({"XDG_CACHE_HOME": str(self.out.parent / "xdg")}))
         self.t0 = time.monotonic()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -290,8 +291,9 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _compile(model: Path, out: Path, *options: str) -> None:
-    result = run_cli("compile", model, "-o", out, "--ep", "cpu", "--force", *options, env=cli_env({"XDG_CACHE_HOME": str(out.parent / "xdg")}))
+def _compile(model: Path, out: Path, *options: str, fresh_process: bool = False) -> None:
+    run = run_process if fresh_process else run_cli
+    result = run("compile", model, "-o", out, "--ep", "cpu", "--force", *options, env=cli_env({"XDG_CACHE_HOME": str(out.parent / "xdg")}))
     assert result.returncode == 0, result.stderr
 
 
@@ -370,13 +372,13 @@ def test_stages_of_live_or_foreign_processes_are_left_alone(two_outputs: tuple[P
     model, a, _ = two_outputs
     dest = tmp_path / "dest"
     shutil.copytree(a, dest)
-    live = dest / f"{STAGE_PREFIX}{os.getpid()}-00000001"
+    live = dest / f"{STAGE_PREFIX}{os.getpid()}-00000001"  # this (pytest) process: alive, and not the compiler below
     live.mkdir()
     (live / "m_ctx.onnx").write_bytes(b"half-written by a live process")
     (live / JOURNAL).write_text(json.dumps({"move": ["m_ctx.onnx"], "delete": []}))
     odd = dest / f"{STAGE_PREFIX}notapid"
     odd.mkdir()
-    _compile(model, dest)
+    _compile(model, dest, fresh_process=True)  # in this process the live stage's pid would be the compiler's own
     assert sorted(stage_dirs(dest)) == sorted([live.name, odd.name])
     assert (live / "m_ctx.onnx").read_bytes() == b"half-written by a live process"
     manifest = check_published(dest, "m")
