@@ -301,14 +301,16 @@ def _files(directory: Path, prefix: str) -> dict[str, bytes]:
     return {n: (directory / n).read_bytes() for n in sorted(os.listdir(directory)) if n.startswith(prefix)}
 
 
-@pytest.fixture
-def two_outputs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """m.onnx compiled two ways: A (3 data shards) and B (one data file, other offsets): every file differs."""
-    model = external_mlp(tmp_path / "src", width=128)
-    _compile(model, tmp_path / "A", "--shard-size", "64K", "--inline-threshold", "0")
-    _compile(model, tmp_path / "B")
-    assert len([n for n in os.listdir(tmp_path / "A") if ".onnx.data" in n]) >= 2
-    return model, tmp_path / "A", tmp_path / "B"
+@pytest.fixture(scope="module")
+def two_outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """m.onnx compiled two ways: A (3 data shards) and B (one data file, other offsets): every file differs.
+    Shared by the module: tests only read them (and copy them into their own destinations)."""
+    root = tmp_path_factory.mktemp("two-outputs")
+    model = external_mlp(root / "src", width=128)
+    _compile(model, root / "A", "--shard-size", "64K", "--inline-threshold", "0")
+    _compile(model, root / "B")
+    assert len([n for n in os.listdir(root / "A") if ".onnx.data" in n]) >= 2
+    return model, root / "A", root / "B"
 
 
 @pytest.mark.parametrize("renamed", [0, 1, 2, 3], ids=["before-any-rename", "after-data", "after-model", "after-manifest"])
