@@ -1,8 +1,9 @@
 """Bad-input corpus (issue 4): hostile, broken and unlucky inputs, each refused cleanly.
 
-Every case runs the real CLI (`python -m ortcompile compile ...`, real onnxruntime, real QNN EP) in a fresh
-workspace whose output directory already holds a previous good output (compiled with other options than the
-case uses, so a half-replaced output would differ byte for byte), and asserts:
+Every case runs the real CLI (`ortcompile compile ...` in this process, helpers.run_cli; real onnxruntime, real QNN
+EP; the Ctrl-C/SIGTERM cases start `python -m ortcompile` processes) in a fresh workspace whose output directory
+already holds a previous good output (compiled with other options than the case uses, so a half-replaced output
+would differ byte for byte), and asserts:
 
 * the exit code (2 usage, 3 invalid/unsafe input, 4 output problem, 1 compile failed);
 * the one-line message (`ortcompile: error: ...`, click's own option errors included) and its key

@@ -173,7 +173,7 @@ def test_split_structure(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def split_never(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    # A fresh process, like the --embed always/auto runs it is compared with (see functional-3).
+    # The EP compiles in a fresh worker child, as in the --embed always/auto runs it is compared with (see functional-3).
     out = tmp_path_factory.mktemp("never")
     _compile_split_cli(out)
     return out
