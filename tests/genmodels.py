@@ -9,40 +9,19 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import helpers
 import numpy as np
 import onnx
+from helpers import cli_env, popen_process, run_cli, run_process  # noqa: F401  (the suite's one CLI runner module)
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
 STAGE_PREFIX = ".ortcompile-stage-"
 OPSET = 17
-
-
-# ---------------------------------------------------------------- running the CLI
-
-def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop("ORTCOMPILE_DEBUG", None)
-    env.update(extra or {})
-    return env
-
-
-def run_cli(*args: Any, cwd: Path | None = None, timeout: float = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m ortcompile ARGS` in a fresh process, as a build script runs it."""
-    return subprocess.run([sys.executable, "-m", "ortcompile", *map(str, args)], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, check=False, env=env or cli_env())
-
-
-def popen_cli(*args: Any, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ortcompile", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env or cli_env(), **kwargs)
 
 
 def error_lines(stderr: str) -> list[str]:

@@ -35,13 +35,93 @@ QNN_RTOL = 5e-3
 
 
 # ---------------------------------------------------------------- the CLI
+#
+# Two ways to run it, one module (tests/genmodels.py re-exports them):
+#
+# * `run_cli` runs the click group in this process (click's CliRunner): exit code, stdout and stderr as a
+#   shell script would get them, without starting Python and importing ONNX Runtime again (~0.4 s a call).
+#   The capture is at the file-descriptor level (CliRunner's capture="fd") and the isolated streams report
+#   fds 1 and 2 as theirs, so ortcompile's guard that points native output (QNN's printf banners) away from
+#   stdout acts on the captured descriptors exactly as in a process, and what native code or a worker child
+#   writes to fd 1/2 is in `stdout`/`stderr` too. Fd-level bytes come after the Python-level text of the same
+#   stream (the order between the two is not kept).
+# * `run_process` / `popen_process` start `python -m ortcompile` (through `run()`, the console entry). Tests use
+#   them where the process itself is the subject: signals (SIGINT/SIGTERM handlers exist only in `run()`),
+#   kills, crashes of native code, a process's memory or read counters, start-up imports, concurrency
+#   between processes, and a process's pid (stage ownership). Each such call says why.
+# * `bench` always runs in a fresh process, also through `run_cli`: its report is the memory of the process it runs
+#   in (baseline, EP start-up, pool and process peak RSS), which in this process would be pytest's.
 
-def run_cli(*args: str | os.PathLike[str], cwd: Path | None = None, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    """`python -m ortcompile ARGS` in a fresh process, as a shell script would run it."""
-    return subprocess.run(
-        [sys.executable, "-m", "ortcompile", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False,
-    )
+# ortcompile's output is what a plain `python -m ortcompile` shows: the interpreter's default warning filters,
+# not pytest's (which turn DeprecationWarnings from other libraries on).
+_DEFAULT_WARNING_FILTERS = [("default", DeprecationWarning, "__main__"), ("ignore", DeprecationWarning, None),
+                            ("ignore", PendingDeprecationWarning, None), ("ignore", ImportWarning, None), ("ignore", ResourceWarning, None)]
+
+
+@dataclass
+class CliResult:
+    """What `run_cli` returns: the fields of subprocess.CompletedProcess that tests read."""
+
+    args: list[str]
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def cli_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without ORTCOMPILE_DEBUG, plus `extra`: what a CLI run sees."""
+    env = dict(os.environ)
+    env.pop("ORTCOMPILE_DEBUG", None)
+    env.update(extra or {})
+    return env
+
+
+def run_cli(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float | None = None) -> CliResult:
+    """`ortcompile ARGS` in this process: see above. `env` replaces the whole environment and `cwd` the working
+    directory for the call (both restored after). `timeout` applies to `bench` (a process) only."""
+    import warnings
+
+    from click.testing import CliRunner
+
+    from ortcompile.cli import main
+
+    argv = [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in args]
+    if next((a for a in argv if not a.startswith("-")), None) == "bench":  # measures its own process: see above
+        proc = run_process(*argv, cwd=cwd, env=env, timeout=timeout or 300)
+        return CliResult(argv, proc.returncode, proc.stdout, proc.stderr)
+    changes = None if env is None else {**{k: None for k in os.environ if k not in env}, **env}
+    saved_cwd = os.getcwd()
+
+    class AsProcess:  # what CliRunner.invoke calls: the group's main, with the isolated streams on fds 1 and 2
+        @staticmethod
+        def main(**kwargs: Any) -> Any:
+            sys.stdout.fileno = lambda: 1  # type: ignore[method-assign]
+            sys.stderr.fileno = lambda: 2  # type: ignore[method-assign]
+            return main.main(**kwargs)
+
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with warnings.catch_warnings():
+            warnings.resetwarnings()
+            for action, category, module in reversed(_DEFAULT_WARNING_FILTERS):
+                warnings.filterwarnings(action, category=category, module=module or "")
+            result = CliRunner(capture="fd").invoke(AsProcess, argv, env=changes, catch_exceptions=False, prog_name="ortcompile")  # type: ignore[arg-type]
+    finally:
+        os.chdir(saved_cwd)
+    return CliResult(argv, result.exit_code, result.stdout, result.stderr)
+
+
+def run_process(*args: object, cwd: Path | None = None, env: dict[str, str] | None = None, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """`python -m ortcompile ARGS` in a fresh process, as a shell script runs it (see above for when)."""
+    return subprocess.run([sys.executable, "-m", "ortcompile", *map(str, args)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False, env=env or cli_env())
+
+
+def popen_process(*args: object, env: dict[str, str] | None = None, **kwargs: Any) -> subprocess.Popen[str]:
+    """`python -m ortcompile ARGS` started in the background, stdout and stderr piped."""
+    return subprocess.Popen([sys.executable, "-m", "ortcompile", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env or cli_env(), **kwargs)
 
 
 def assert_one_line_error(stderr: str, *needles: str) -> str:

@@ -1,8 +1,9 @@
 """Bad-input corpus (issue 4): hostile, broken and unlucky inputs, each refused cleanly.
 
-Every case runs the real CLI (`python -m ortcompile compile ...`, real onnxruntime, real QNN EP) in a fresh
-workspace whose output directory already holds a previous good output (compiled with other options than the
-case uses, so a half-replaced output would differ byte for byte), and asserts:
+Every case runs the real CLI (`ortcompile compile ...` in this process, helpers.run_cli; real onnxruntime, real QNN
+EP; the Ctrl-C/SIGTERM cases start `python -m ortcompile` processes) in a fresh workspace whose output directory
+already holds a previous good output (compiled with other options than the case uses, so a half-replaced output
+would differ byte for byte), and asserts:
 
 * the exit code (2 usage, 3 invalid/unsafe input, 4 output problem, 1 compile failed);
 * the one-line message (`ortcompile: error: ...`, click's own option errors included) and its key
@@ -47,7 +48,7 @@ from genmodels import (  # noqa: E402
     finalize_failing_model,
     initializer,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
     save,
     set_external,
@@ -73,6 +74,7 @@ class Ws:
 
     root: Path
     env: dict[str, str]
+    compiled: Callable[[str], Path] | None = None  # ep -> m.onnx compiled with default options, once per module
 
     @property
     def src(self) -> Path:
@@ -375,8 +377,13 @@ def _exists_without_force(ws: Ws) -> list[object]:
 
 
 def _tmpfs_with_previous(ws: Ws, size: str = "2m") -> Path:
+    """A small tmpfs holding m.onnx's previous output: the files the template compiled into out/ with
+    _previous_output, copied (the bytes a compile of the same model and options writes, without compiling again)."""
     mnt = _mount_tmpfs(ws, ws.root / "small", size)
-    _previous_output(ws, mnt)
+    manifest = ws.out / "m_ctx.manifest.json"
+    for name in [*(f["name"] for f in json.loads(manifest.read_text())["files"]), manifest.name]:
+        shutil.copyfile(ws.out / name, mnt / name)
+    check_published(mnt, "m")
     return mnt
 
 
@@ -593,11 +600,28 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def compiled_m(template: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """ep -> a directory with the template's m.onnx compiled for that EP with default options, compiled on first use
+    and shared by the module (tests copy it: the same bytes as compiling the same model again)."""
+    root = tmp_path_factory.mktemp("compiled-m")
+    done: dict[str, Path] = {}
+
+    def get(ep: str) -> Path:
+        if ep not in done:
+            result = run_cli("compile", template / "src" / "m.onnx", "-o", root / ep, "--ep", ep, env=cli_env({"XDG_CACHE_HOME": str(root / ".x")}))
+            assert result.returncode == 0, result.stderr
+            done[ep] = root / ep
+        return done[ep]
+
+    return get
+
+
 @pytest.fixture
-def ws(template: Path, tmp_path: Path):
+def ws(template: Path, compiled_m: Callable[[str], Path], tmp_path: Path):
     root = tmp_path / "ws"
     shutil.copytree(template, root, symlinks=True, ignore=shutil.ignore_patterns("xdg-cache"))
-    workspace = Ws(root, cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}))
+    workspace = Ws(root, cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}), compiled_m)
     try:
         yield workspace
     finally:
@@ -653,12 +677,9 @@ def _pages(size: int) -> int:
 
 
 @pytest.fixture(scope="module")
-def output_sizes(template: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, int]:
+def output_sizes(compiled_m: Callable[[str], Path]) -> dict[str, int]:
     """File sizes of a good compile of m.onnx with default options (the case's compile)."""
-    root = tmp_path_factory.mktemp("sizes")
-    result = run_cli("compile", template / "src" / "m.onnx", "-o", root, "--ep", "cpu", env=cli_env({"XDG_CACHE_HOME": str(root / ".x")}))
-    assert result.returncode == 0, result.stderr
-    return {p.name: p.stat().st_size for p in root.iterdir() if p.is_file()}
+    return {p.name: p.stat().st_size for p in compiled_m("cpu").iterdir() if p.is_file()}
 
 
 FULL_AT = {  # which write meets the full disk: number of free 4 KiB pages, from the output's file sizes
@@ -836,7 +857,7 @@ def _interrupt(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path
     result = run_cli("compile", slow_model, "-o", out, "--ep", "cpu", "--inline-threshold", "0", env=env)  # previous output
     assert result.returncode == 0, result.stderr
     before = snapshot(out)
-    proc = popen_cli("compile", slow_model, "-o", out, "--ep", ep, "--force", env=env)
+    proc = popen_process("compile", slow_model, "-o", out, "--ep", ep, "--force", env=env)
     try:
         if when == "ep-compiling":  # the stage exists; QNN is inside its native compile for seconds
             assert _wait_for(lambda: bool(stage_dirs(out)), 60), "no staging directory appeared"
@@ -912,8 +933,8 @@ def _rich_input_dtype(ws: Ws) -> Path:
 def _with_manifest(content: object, ep: str = "cpu") -> Callable[[Ws], Path]:
     def build(ws: Ws) -> Path:
         out = ws.root / "insp-out"
-        result = run_cli("compile", ws.model, "-o", out, "--ep", ep, env=ws.env)
-        assert result.returncode == 0, result.stderr
+        assert ws.compiled is not None
+        shutil.copytree(ws.compiled(ep), out)  # m.onnx compiled for `ep` (once per module)
         manifest = out / "m_ctx.manifest.json"
         good = json.loads(manifest.read_text())
         manifest.write_text(json.dumps(content(good) if callable(content) else content))

@@ -1,6 +1,8 @@
 """The command line as scripts use it: stdout contents, exit codes, one-line errors, `eps`.
 
-Every test runs `python -m ortcompile` in a fresh process (real ORT, real QNN EP).
+Real ORT, real QNN EP. The CLI runs in this process (helpers.run_cli, fd-level capture); the tests that QNN's
+start-up banners stay off stdout and stderr run `python -m ortcompile` in a fresh process, where the EP is loaded
+and registered by ortcompile itself (in this process it was registered before, so no banner is printed).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from helpers import (
     cpu_only_model,
     cpu_session,
     run_cli,
+    run_process,
     seeded_inputs,
     snapshot,
 )
@@ -31,8 +34,9 @@ DYNAMIC = FIXTURES / "dynamic.onnx"
 
 @pytest.mark.parametrize("verbose", [False, True])
 def test_json_is_the_only_thing_on_stdout(verbose: bool, tmp_path: Path) -> None:
-    """The QNN SDK printf()s a banner while it loads; with --json (and -v) stdout must still parse."""
-    proc = run_cli("compile", FIXTURES / "mlp.onnx", SPLIT, "-o", tmp_path, "--ep", "qnn", "--json", *(["-v"] if verbose else []))
+    """The QNN SDK printf()s a banner while it loads; with --json (and -v) stdout must still parse.
+    A fresh process: the banner is printed where ortcompile loads and registers the EP."""
+    proc = run_process("compile", FIXTURES / "mlp.onnx", SPLIT, "-o", tmp_path, "--ep", "qnn", "--json", *(["-v"] if verbose else []))
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)  # fails on any stray line
     assert list(report) == ["outputs"]
@@ -51,7 +55,8 @@ def test_json_is_the_only_thing_on_stdout(verbose: bool, tmp_path: Path) -> None
 
 
 def test_quiet_prints_nothing(tmp_path: Path) -> None:
-    proc = run_cli("compile", SPLIT, "-o", tmp_path, "--ep", "qnn", "-q")
+    """-q: nothing at all on stdout or stderr, QNN's load-time banner included (a fresh process, as above)."""
+    proc = run_process("compile", SPLIT, "-o", tmp_path, "--ep", "qnn", "-q")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == ""
     assert proc.stderr == ""
@@ -257,7 +262,8 @@ def test_output_would_overwrite_input_external_data(tmp_path: Path) -> None:
 # ---------------------------------------------------------------- eps
 
 def test_eps_json(tmp_path: Path) -> None:
-    proc = run_cli("eps", "--json")
+    """A fresh process: `eps` loads and registers every installed EP plugin, and stdout must still be only JSON."""
+    proc = run_process("eps", "--json")
     assert proc.returncode == 0, proc.stderr
     eps = {e["name"]: e for e in json.loads(proc.stdout)["eps"]}
     assert eps["qnn"]["available"] is True and eps["qnn"]["produces_epcontext"] is True

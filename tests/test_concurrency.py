@@ -4,6 +4,9 @@ Real processes, real onnxruntime and the real QNN EP. Checked after every batch:
 traceback; every published output is complete (the manifest's files exist with its sizes and sha256, the model
 references only them) and byte-identical to the same compile run alone; the directory holds exactly the outputs'
 files; no staging directory is left.
+
+The racing compiles are `python -m ortcompile` processes (popen_process); the references they are compared with
+("run alone") and the inspect checks run in this process (helpers.run_cli).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +31,7 @@ from genmodels import (  # noqa: E402
     cli_env,
     external_mlp,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
     save,
     stage_dirs,
@@ -47,7 +51,7 @@ def _files(directory: Path, stem: str) -> dict[str, bytes]:
 
 def _run_all(commands: list[list[object]], env: dict[str, str]) -> list[tuple[int, str, str]]:
     """Start every command at once, then wait for all."""
-    procs = [popen_cli(*cmd, env=env) for cmd in commands]
+    procs = [popen_process(*cmd, env=env) for cmd in commands]
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=600)
@@ -119,13 +123,30 @@ def test_eight_models_into_one_directory(round_: int, eight, tmp_path: Path) -> 
 
 # ---------------------------------------------------------------- 4 compiles of one model to one destination
 
+@pytest.fixture(scope="module")
+def one_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Callable[..., Path]]:
+    """m.onnx (external data, read-only for the tests) and `alone(ep, *options)`: its output compiled alone with those
+    options (the reference a race must reproduce), compiled on first use and shared by every round."""
+    root = tmp_path_factory.mktemp("one-model")
+    model = external_mlp(root / "src", width=128)
+    done: dict[tuple[str, ...], Path] = {}
+
+    def alone(ep: str, *extra: str) -> Path:
+        if (ep, *extra) not in done:
+            out = root / f"alone-{len(done)}"
+            assert run_cli("compile", model, "-o", out, "--ep", ep, *extra, env=_env(root)).returncode == 0
+            done[(ep, *extra)] = out
+        return done[(ep, *extra)]
+
+    return model, alone
+
+
 @pytest.mark.parametrize("ep", ["cpu", "qnn"])
 @pytest.mark.parametrize("round_", range(ROUNDS))
-def test_four_identical_compiles_with_force(ep: str, round_: int, tmp_path: Path) -> None:
-    model = external_mlp(tmp_path / "src", width=128)
+def test_four_identical_compiles_with_force(ep: str, round_: int, one_model: tuple[Path, Callable[..., Path]], tmp_path: Path) -> None:
+    model, compiled_alone = one_model
     extra = ["--embed", "never"] if ep == "qnn" else ["--shard-size", "64K"]
-    alone = tmp_path / "alone"
-    assert run_cli("compile", model, "-o", alone, "--ep", ep, *extra, env=_env(tmp_path)).returncode == 0
+    alone = compiled_alone(ep, *extra)
     reference = _files(alone, "m")
     out = tmp_path / "build"
     shutil.copytree(alone, out)  # a previous output, replaced 4 times at once
@@ -146,15 +167,11 @@ def _waits_for_a_lock(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("round_", range(3))
-def test_four_compiles_with_different_options_never_mix(round_: int, tmp_path: Path) -> None:
+def test_four_compiles_with_different_options_never_mix(round_: int, one_model: tuple[Path, Callable[..., Path]], tmp_path: Path) -> None:
     """Same model, same destination, two layouts racing: the result is exactly one of the two, never a mix."""
-    model = external_mlp(tmp_path / "src", width=128)
+    model, compiled_alone = one_model
     layouts = {"A": ["--shard-size", "64K", "--inline-threshold", "0"], "B": ["--align", "16K", "--align-threshold", "0"]}
-    reference = {}
-    for key, extra in layouts.items():
-        alone = tmp_path / f"alone-{key}"
-        assert run_cli("compile", model, "-o", alone, "--ep", "cpu", *extra, env=_env(tmp_path)).returncode == 0
-        reference[key] = _files(alone, "m")
+    reference = {key: _files(compiled_alone("cpu", *extra), "m") for key, extra in layouts.items()}
     assert reference["A"] != reference["B"]
     out = tmp_path / "build"
     order = ["A", "B", "A", "B"] if round_ % 2 == 0 else ["B", "A", "B", "A"]
@@ -239,7 +256,7 @@ def test_stale_stage_is_only_recovered_under_the_publish_lock(tmp_path: Path) ->
     fd = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # we are "a publisher in the middle of its renames"
-        proc = popen_cli("compile", other, "-o", out, "--ep", "cpu", "-v", env=_env(tmp_path))
+        proc = popen_process("compile", other, "-o", out, "--ep", "cpu", "-v", env=_env(tmp_path))
         lines: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True)
         reader.start()

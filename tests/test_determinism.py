@@ -21,14 +21,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_process
 
 DOC = REPO / "docs" / "output-layout.md"
 
 
 def compile_in(cwd: Path, *args: object) -> None:
-    proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", *map(str, args), "-q"], cwd=cwd,
-                          capture_output=True, text=True, timeout=300, env={**os.environ, "XDG_CACHE_HOME": str(cwd / ".xdg-cache")})
+    """A fresh process per run, not run_cli: each process hashes strings with its own seed, so an output that
+    depended on set or dict-of-set order would differ between two runs here (in one process it would not)."""
+    proc = run_process("compile", *args, "-q", cwd=cwd, env={**os.environ, "XDG_CACHE_HOME": str(cwd / ".xdg-cache")})
     assert proc.returncode == 0, proc.stderr
 
 
@@ -53,30 +54,46 @@ def differing(a: dict[str, bytes], b: dict[str, bytes]) -> list[str]:
     return sorted(n for n in a if a[n] != b[n])
 
 
-@pytest.fixture
-def src(tmp_path: Path) -> Path:
-    directory = tmp_path / "source-models"
+def copy_sources(directory: Path) -> Path:
     directory.mkdir()
     for name in ("mlp.onnx", "split.onnx"):
         shutil.copyfile(FIXTURES / name, directory / name)
     return directory
 
 
-@pytest.mark.parametrize("embed", ["never", "auto"])
-@pytest.mark.parametrize("ep", ["cpu", "qnn"])
-@pytest.mark.parametrize("stem", ["split", "mlp"])
-def test_two_compiles_are_byte_identical(stem: str, ep: str, embed: str, tmp_path: Path, src: Path) -> None:
+@pytest.fixture
+def src(tmp_path: Path) -> Path:
+    return copy_sources(tmp_path / "source-models")
+
+
+CASES = [(stem, ep, embed) for stem in ("split", "mlp") for ep in ("cpu", "qnn") for embed in ("never", "auto")]
+
+
+@pytest.fixture(scope="module")
+def first_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, float]:
+    """The first run of every case below, all up front (relative -o from their root), so that each case's second run
+    is a second after its first without a second of sleep per case. Returns (root, sources, when the last one ended)."""
+    root = tmp_path_factory.mktemp("first-runs")
+    src = copy_sources(root / "source-models")
+    for stem, ep, embed in CASES:
+        compile_in(root, src / f"{stem}.onnx", "-o", f"first-output-{stem}-{ep}-{embed}", "--ep", ep, "--embed", embed)
+    return root, src, time.monotonic()
+
+
+@pytest.mark.parametrize("stem, ep, embed", CASES, ids=["-".join(case) for case in CASES])
+def test_two_compiles_are_byte_identical(stem: str, ep: str, embed: str, first_runs: tuple[Path, Path, float], tmp_path: Path) -> None:
     """Same input path, different output directories, cwds and -o spellings, a second apart: same bytes,
     for every file: .onnx, .data, manifest and, for QNN with --embed never, the _qnn.bin blob."""
+    root, src, first_ended = first_runs
     source = src / f"{stem}.onnx"
+    first_dir = root / f"first-output-{stem}-{ep}-{embed}"  # compiled with a relative -o from root
     elsewhere = tmp_path / "elsewhere" / "deeper"
     elsewhere.mkdir(parents=True)
     options = ("--ep", ep, "--embed", embed)
-    compile_in(tmp_path, source, "-o", "first-output", *options)  # relative -o from tmp_path
-    time.sleep(1.1)
+    time.sleep(max(0.0, first_ended + 1.1 - time.monotonic()))
     second_dir = tmp_path / "a-much-longer-second-output-directory"
     compile_in(elsewhere, source, "-o", second_dir, *options)  # absolute -o from another cwd
-    first, second = outputs(tmp_path / "first-output"), outputs(second_dir)
+    first, second = outputs(first_dir), outputs(second_dir)
     assert differing(first, second) == []
     kinds = {name.rsplit("_ctx", 1)[1] for name in first}
     if ep == "qnn" and embed == "never":
@@ -84,7 +101,7 @@ def test_two_compiles_are_byte_identical(stem: str, ep: str, embed: str, tmp_pat
     if stem == "split":
         assert ".onnx.data" in kinds  # W_mod (1 KiB) stays CPU-side, in external data
     for files in (first, second):
-        assert_no_paths_inside(files, tmp_path, src, elsewhere, second_dir, tmp_path / "first-output")
+        assert_no_paths_inside(files, root, tmp_path, src, elsewhere, second_dir, first_dir)
 
 
 @pytest.mark.parametrize("stem", ["split", "mlp"])

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import click
 import pytest
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_cli
 
 import ortcompile.errors as errors
 from ortcompile.cli import main
@@ -213,8 +213,7 @@ def test_bash_completion_answers_with_commands_options_and_choices() -> None:
 
 def test_json_field_tables_match_a_real_compile(tmp_path: Path) -> None:
     """The `--json` field table in cli.md lists exactly the keys a compile prints."""
-    proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", FIXTURES / "split.onnx", "-o", tmp_path, "--json"],
-                          capture_output=True, text=True, timeout=180, env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
+    proc = run_cli("compile", FIXTURES / "split.onnx", "-o", tmp_path, "--json", env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "c")})
     assert proc.returncode == 0, proc.stderr
     keys = set(json.loads(proc.stdout)["outputs"][0])
     table = sections(CLI_MD.read_text())["compile"].split("### JSON summary", 1)[1].split("###", 1)[0]

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
-from helpers import FIXTURES, assert_one_line_error, run_cli, snapshot
+from helpers import FIXTURES, assert_one_line_error, run_cli, run_process, snapshot
 
 from ortcompile import CompileOptions, compile_model, eps
 from ortcompile.eps.validate import parse_log
@@ -67,32 +68,41 @@ def test_a_backend_the_package_does_not_ship_says_so() -> None:
     assert "libQnnCpu.so is not on this machine" in caught.value.message
 
 
+def _compiled_files(out: Path, *args: str) -> tuple[dict[str, Any], str]:
+    """mlp.onnx compiled for QNN with `args` into `out`: its files but the manifest (which records the options), and stderr."""
+    proc = run_cli("compile", FIXTURES / "mlp.onnx", "-o", out, "--ep", "qnn", *args)
+    assert proc.returncode == 0, proc.stderr
+    return {name: data for name, data in snapshot(out).items() if not name.endswith(".manifest.json")}, proc.stderr
+
+
+@pytest.fixture(scope="module")
+def plain_qnn_files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The files of mlp.onnx compiled for QNN without options: the reference of both cases below, compiled once."""
+    files, _ = _compiled_files(tmp_path_factory.mktemp("validate") / "plain")
+    return files
+
+
 @pytest.mark.parametrize("option", ["htp_performance_mode=burst", "rpc_control_latency=100"])
-def test_runtime_only_option_warns_and_changes_no_byte(option: str, tmp_path: Path) -> None:
+def test_runtime_only_option_warns_and_changes_no_byte(option: str, plain_qnn_files: dict[str, Any], tmp_path: Path) -> None:
     """A power vote and an RPC latency for running sessions: the compiled files are the same bytes without them.
 
-    Each compile runs in its own process (the QNN backend's process-wide counters reach its context binary); the
-    option check probes the EP in a child process, so it does not move those counters either."""
-    runs = {}
-    for args in ((), ("--ep-option", option)):
-        out = tmp_path / ("plain" if not args else "option")
-        proc = run_cli("compile", FIXTURES / "mlp.onnx", "-o", out, "--ep", "qnn", *args)
-        assert proc.returncode == 0, proc.stderr
-        if args:
-            assert f"ortcompile: warning: qnn: --ep-option {option.split('=')[0]} has no effect on the compiled model" in proc.stderr
-        runs[out.name] = {name: data for name, data in snapshot(out).items() if not name.endswith(".manifest.json")}
-    assert runs["plain"] == runs["option"] and any(name.endswith("_ctx.onnx") for name in runs["plain"])
+    Each compile runs the EP in its own worker process (the QNN backend's process-wide counters reach its context
+    binary); the option check probes the EP in a child process, so it does not move those counters either."""
+    files, stderr = _compiled_files(tmp_path / "option", "--ep-option", option)
+    assert f"ortcompile: warning: qnn: --ep-option {option.split('=')[0]} has no effect on the compiled model" in stderr
+    assert files == plain_qnn_files and any(name.endswith("_ctx.onnx") for name in files)
 
 
 def test_an_ep_that_crashes_is_contained(tmp_path: Path) -> None:
     """onnxruntime-ep-webgpu 0.4.0 aborts a compile session on Mesa's software Vulkan (BufferManager assertion),
-    with or without options: the probe's child dies, not ortcompile, and the options are not blamed."""
+    with or without options: the probe's child dies, not ortcompile, and the options are not blamed. A fresh
+    `python -m ortcompile`: if the crash ever reached ortcompile's process, it must end that one, not the test run."""
     pytest.importorskip("onnxruntime_ep_webgpu")
     import webgpu_env
 
     webgpu_env.require_webgpu()
     out = tmp_path / "out"
-    proc = run_cli("compile", FIXTURES / "mlp.onnx", "-o", out, "--ep", "webgpu", "--ep-option", "enableGraphCapture=1")
+    proc = run_process("compile", FIXTURES / "mlp.onnx", "-o", out, "--ep", "webgpu", "--ep-option", "enableGraphCapture=1")
     assert proc.returncode == 1, proc.stderr
     assert_one_line_error(proc.stderr, "webgpu: WebGpuExecutionProvider crashed (SIGABRT)", "even without --ep-option")
     assert snapshot(out) is None

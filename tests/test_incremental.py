@@ -1,8 +1,9 @@
 """`--if-changed` (incremental builds) and batches (`ortcompile compile A B C -o out/`).
 
-Real CLI in subprocesses, real onnxruntime (QNN's HTP simulator for the fixtures, the CPU EP for the generated
-hundreds-of-MB models). "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output) and
-"did not read the input" by the process's own read counter (/proc/self/io rchar), not by timing.
+Real onnxruntime (QNN's HTP simulator for the fixtures, the CPU EP for the generated hundreds-of-MB models). The
+CLI runs in this process (`cli`, helpers.run_cli) except where a test measures the process: "did not read the
+input" is proved by the process's own read counter (/proc/self/io rchar, `cli_process`), memory by the RSS of a
+real process tree. "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output), not by timing.
 
 The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
 A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from helpers import FIXTURES, cpu_only_model
+from helpers import FIXTURES, cpu_only_model, run_cli
 from onnx import TensorProto, helper
 
 from ortcompile.output.incremental import RACY_WINDOW_NS
@@ -44,12 +45,14 @@ _COUNTING_CLI = textwrap.dedent("""
 
 
 class Run:
-    def __init__(self, proc: subprocess.CompletedProcess[str], seconds: float) -> None:
-        self.proc, self.seconds = proc, seconds
-        self.returncode, self.stdout = proc.returncode, proc.stdout
-        lines = proc.stderr.splitlines()
-        self.rchar = next((int(line.split()[1]) for line in lines if line.startswith("RCHAR ")), -1)
-        self.stderr = "\n".join(line for line in lines if not line.startswith("RCHAR "))
+    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float, rchar: int | None = None) -> None:
+        self.returncode, self.stdout, self.stderr, self.seconds, self._rchar = returncode, stdout, stderr, seconds, rchar
+
+    @property
+    def rchar(self) -> int:
+        """Bytes the process read through read(2); only a `cli_process` run measures it."""
+        assert self._rchar is not None, "rchar is measured only by cli_process (a real process)"
+        return self._rchar
 
     def json(self) -> dict[str, Any]:
         assert self.returncode == 0, self.stderr
@@ -68,12 +71,24 @@ class Run:
 SMALL_PARENT = ["sh", "-c", '"$@"; exit $?', "sh"]
 
 
-def cli(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool = False) -> Run:
+def cli(cache: Path, *args: object, cwd: Path | None = None) -> Run:
+    """The CLI in this process, with its own stamp cache."""
+    clock = time.perf_counter()
+    result = run_cli(*args, cwd=cwd, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
+    return Run(result.returncode, result.stdout, result.stderr, time.perf_counter() - clock)
+
+
+def cli_process(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool = False) -> Run:
+    """The CLI in a fresh process that reports its read counter (rchar) at exit, for tests that measure the process:
+    what it read, its wall time with Python's start-up, its peak RSS."""
     clock = time.perf_counter()
     command = [*(SMALL_PARENT if small_parent else []), sys.executable, "-c", _COUNTING_CLI, *map(str, args)]
     proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
-    return Run(proc, time.perf_counter() - clock)
+    lines = proc.stderr.splitlines()
+    rchar = next((int(line.split()[1]) for line in lines if line.startswith("RCHAR ")), None)
+    stderr = "\n".join(line for line in lines if not line.startswith("RCHAR "))
+    return Run(proc.returncode, proc.stdout, stderr, time.perf_counter() - clock, rchar)
 
 
 @pytest.fixture
@@ -224,7 +239,7 @@ def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path:
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
     outputs = disk_state(out, with_bytes=False)
 
-    cached = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    cached = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
     assert cached.only()["up_to_date"] is True
     assert cached.rchar < size // 4, cached.rchar  # the stamp was trusted: no byte of the weights was read
     [stamp] = stamp_files(cache)
@@ -232,13 +247,13 @@ def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path:
 
     os.utime(data)  # touch: new mtime and ctime, same bytes
     wait_out_racy_window(data)
-    rehashed = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    rehashed = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
     assert rehashed.only()["up_to_date"] is True
     assert rehashed.rchar >= size, rehashed.rchar  # the fingerprint changed: it hashed the data again
     entries = {e["name"]: e for e in json.loads(stamp.read_text())["files"]}
     assert stamp.read_text() != stamp_before and entries["w.onnx.data"]["mtime_ns"] == data.stat().st_mtime_ns
 
-    fast_again = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    fast_again = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
     assert fast_again.only()["up_to_date"] is True
     assert fast_again.rchar < size // 4, fast_again.rchar
     assert disk_state(out, with_bytes=False) == outputs
@@ -256,7 +271,7 @@ def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache:
     data = src / "w.onnx.data"
     wait_out_racy_window(model, data)
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
-    trusted = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    trusted = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
     assert trusted.only()["up_to_date"] is True and trusted.rchar < size // 4  # the stamp is trusted
 
     st = data.stat()
@@ -285,7 +300,7 @@ def test_without_a_stamp_the_inputs_are_hashed(tmp_path: Path, cache: Path) -> N
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
     for stamp in stamp_files(cache):
         stamp.unlink()
-    fresh = cli(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    fresh = cli_process(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
     assert fresh.only()["up_to_date"] is True and fresh.rchar >= size
 
 
@@ -300,8 +315,8 @@ def test_up_to_date_check_of_a_500mb_model_is_fast(tmp_path: Path, cache: Path) 
         wait_out_racy_window(model, src / "big.onnx.data")
         built = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
         assert built.only()["up_to_date"] is False
-        checks = [cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json") for _ in range(3)]
-        reference = [cli(cache, "--version") for _ in range(3)]  # Python + click startup alone, same moment
+        checks = [cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json") for _ in range(3)]
+        reference = [cli_process(cache, "--version") for _ in range(3)]  # Python + click startup alone, same moment
         for check in checks:
             assert check.only()["up_to_date"] is True
             assert check.rchar < 64 << 20, check.rchar
@@ -415,10 +430,10 @@ def test_batch_peak_memory_is_the_largest_models_not_the_sum(tmp_path: Path, cac
 def test_peak_rss_is_not_the_parents(tmp_path: Path, cache: Path) -> None:
     """Started by a process holding 512 MiB, ortcompile must still report its own peak (~80 MiB here), not the
     parent's (ru_maxrss would: /tmp/ortcompile-bugs/pipeline-4.md). `own` comes from a start by a small shell."""
-    own = cli(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "a", "--ep", "cpu", "--json", small_parent=True).only()["peak_rss_bytes"]
+    own = cli_process(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "a", "--ep", "cpu", "--json", small_parent=True).only()["peak_rss_bytes"]
     ballast = np.ones(512 << 17)  # 512 MiB, touched, in this (the parent) process
     try:
-        reported = cli(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "b", "--ep", "cpu", "--json").only()["peak_rss_bytes"]
+        reported = cli_process(cache, "compile", FIXTURES / "split.onnx", "-o", tmp_path / "b", "--ep", "cpu", "--json").only()["peak_rss_bytes"]
     finally:
         del ballast
     assert reported < own + (128 << 20), (own >> 20, reported >> 20)

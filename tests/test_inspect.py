@@ -1,9 +1,10 @@
 """`ortcompile inspect`: what a model contains, from its graph proto alone.
 
-Every test runs the real CLI in a subprocess on outputs the real compiler produced (QNN's HTP simulator, or
-the CPU EP where a test needs external initializers), then asserts on exit codes, stderr lines and the JSON
-report. The > 2 GB test builds a real compiled output whose data file is a 2 GiB + 256 KiB sparse file, so it runs in
-seconds and needs no RAM, and proves inspect never reads that file unless --check is given.
+Every test runs the real CLI (in this process: helpers.run_cli) on outputs the real compiler produced (QNN's
+HTP simulator, or the CPU EP where a test needs external initializers), then asserts on exit codes, stderr lines
+and the JSON report. The > 2 GB test builds a real compiled output whose data file is a 2 GiB + 256 KiB sparse file, so it runs in
+seconds and needs no RAM, and proves inspect never reads that file unless --check is given; it measures the
+peak RSS of a fresh `python -m ortcompile inspect` process.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from helpers import CliResult, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -44,18 +46,14 @@ MANIFEST_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "statu
 # ---------------------------------------------------------------- helpers
 
 
-def run(*args: object, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-
-
 def inspect_json(model: Path, *extra: object, code: int = 0) -> dict:
-    proc = run("inspect", model, "--json", *extra)
+    proc = run_cli("inspect", model, "--json", *extra)
     assert proc.returncode == code, proc.stderr
     return json.loads(proc.stdout)
 
 
 def compile_to(source: Path, out: Path, *extra: object) -> Path:
-    proc = run("compile", source, "-o", out, "-q", *extra)
+    proc = run_cli("compile", source, "-o", out, "-q", *extra)
     assert proc.returncode == 0, proc.stderr
     return out / f"{source.stem}_ctx.onnx"
 
@@ -101,7 +99,7 @@ def external_fields(tensor: onnx.TensorProto) -> dict[str, onnx.StringStringEntr
     return {entry.key: entry for entry in tensor.external_data}
 
 
-def one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+def one_line_error(proc: CliResult) -> str:
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
@@ -233,7 +231,7 @@ def test_dynamic_output_compiled_with_fixed_batch_has_static_input(built: dict[s
     assert source["inputs"] == [{"name": "x", "dtype": "float", "shape": ["batch", 256], "dynamic": True}]
     assert source["outputs"] == [{"name": "y", "dtype": "float", "shape": ["batch", 256], "dynamic": True}]
 
-    text = run("inspect", FIXTURES / "dynamic.onnx")
+    text = run_cli("inspect", FIXTURES / "dynamic.onnx")
     assert text.returncode == 0
     assert "input      x float[batch*,256]  (* symbolic)" in text.stdout.splitlines()
 
@@ -263,7 +261,7 @@ def test_sharded_output_lists_every_data_file(tmp_path: Path) -> None:
 def test_share_weights_batch_marks_shared_files(tmp_path: Path) -> None:
     """mlp.onnx and dynamic.onnx have the same weights: --share-weights stores them once, and each model's
     report says the data file is shared (deleting it for one model breaks the other)."""
-    proc = run("compile", FIXTURES / "mlp.onnx", FIXTURES / "dynamic.onnx", "-o", tmp_path, "-q", "--share-weights", "--ep", "cpu")
+    proc = run_cli("compile", FIXTURES / "mlp.onnx", FIXTURES / "dynamic.onnx", "-o", tmp_path, "-q", "--share-weights", "--ep", "cpu")
     assert proc.returncode == 0, proc.stderr
     names = set()
     for model in ("mlp_ctx.onnx", "dynamic_ctx.onnx"):
@@ -272,12 +270,12 @@ def test_share_weights_batch_marks_shared_files(tmp_path: Path) -> None:
         assert (use["shared"], use["tensors"], use["referenced_bytes"], use["missing"]) == (True, 3, 2 * 256 * 256 * 4 + 256 * 4, False)
         assert report["problems"] == []
         names.add(use["name"])
-        assert any(line.endswith(" (shared with other models)") for line in run("inspect", tmp_path / model).stdout.splitlines())
+        assert any(line.endswith(" (shared with other models)") for line in run_cli("inspect", tmp_path / model).stdout.splitlines())
     assert len(names) == 1, "both models reference one data file"
 
 
 def test_share_weights_batch_marks_the_shared_ep_context(tmp_path: Path) -> None:
-    proc = run("compile", FIXTURES / "mlp.onnx", FIXTURES / "split.onnx", "-o", tmp_path, "-q", "--share-weights", "--embed", "never")
+    proc = run_cli("compile", FIXTURES / "mlp.onnx", FIXTURES / "split.onnx", "-o", tmp_path, "-q", "--share-weights", "--embed", "never")
     assert proc.returncode == 0, proc.stderr
     blobs = set()
     for model in ("mlp_ctx.onnx", "split_ctx.onnx"):
@@ -294,7 +292,7 @@ def test_unaligned_large_tensor_is_named(built: dict[str, Path], tmp_path: Path)
     alignment = inspect_json(model)["alignment"]
     assert alignment["large_tensors"] == 2 and alignment["aligned"] == 1
     assert alignment["unaligned"] == [{"name": "W2", "file": "mlp_ctx.onnx.data", "offset": offset, "length": 256 * 256 * 4}]
-    text = run("inspect", model).stdout.splitlines()
+    text = run_cli("inspect", model).stdout.splitlines()
     assert "alignment  1/2 tensors >= 4.0 KiB at 4096-byte offsets" in text
     assert f"  unaligned W2 in mlp_ctx.onnx.data at {offset}" in text
 
@@ -318,7 +316,7 @@ def _move_tensor(model: Path, name: str, new_offset: int) -> int:
 
 
 def test_text_report_lines(built: dict[str, Path]) -> None:
-    proc = run("inspect", built["split"])
+    proc = run_cli("inspect", built["split"])
     assert proc.returncode == 0 and proc.stderr == ""
     lines = proc.stdout.splitlines()
     assert lines[0] == f"model      {built['split']}"
@@ -334,7 +332,7 @@ def test_text_report_lines(built: dict[str, Path]) -> None:
 
 
 def test_quiet_prints_nothing(built: dict[str, Path]) -> None:
-    proc = run("inspect", built["split"], "-q")
+    proc = run_cli("inspect", built["split"], "-q")
     assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
 
 
@@ -384,13 +382,13 @@ def test_plain_model_with_missing_external_data_is_reported_not_fatal(tmp_path: 
     """A packaging job runs inspect to see what is there: a missing file is a finding (exit 0), not a crash."""
     path = _plain_with_external_data(tmp_path)
     (tmp_path / "ext.onnx.data").unlink()
-    proc = run("inspect", path, "--json")
+    proc = run_cli("inspect", path, "--json")
     assert proc.returncode == 0 and proc.stderr == ""
     report = json.loads(proc.stdout)
     [data] = report["initializers"]["files"]
     assert (data["missing"], data["size"], data["tensors"]) == (True, None, 3)
     assert report["problems"] == ["external data file 'ext.onnx.data' is missing"]
-    text = run("inspect", path)
+    text = run_cli("inspect", path)
     assert text.returncode == 0
     assert "  file     ext.onnx.data: 3 tensors, 513.0 KiB referenced, MISSING" in text.stdout.splitlines()
     assert "problem    external data file 'ext.onnx.data' is missing" in text.stdout.splitlines()
@@ -400,7 +398,7 @@ def test_check_fails_on_missing_external_data_without_manifest(tmp_path: Path) -
     """--check is the gate: any problem, manifest or not, exits 5 (the report is still printed)."""
     path = _plain_with_external_data(tmp_path)
     (tmp_path / "ext.onnx.data").unlink()
-    proc = run("inspect", path, "--check", "--json")
+    proc = run_cli("inspect", path, "--check", "--json")
     assert proc.returncode == 5
     assert json.loads(proc.stdout)["problems"] == ["external data file 'ext.onnx.data' is missing"]
     assert one_line_error(proc) == "ortcompile: error: check failed: external data file 'ext.onnx.data' is missing"
@@ -409,7 +407,7 @@ def test_check_fails_on_missing_external_data_without_manifest(tmp_path: Path) -
 def test_plain_model_compiled_ops_is_empty_not_unknown() -> None:
     """No EPContext node: nothing was compiled, and the graph alone says so (null is only for 'unknown')."""
     assert inspect_json(FIXTURES / "mlp.onnx")["nodes"]["compiled_ops"] == {}
-    assert "nodes      0 EPContext; compiled: none; remaining: Add 1, MatMul 2, Relu 1" in run("inspect", FIXTURES / "mlp.onnx").stdout.splitlines()
+    assert "nodes      0 EPContext; compiled: none; remaining: Add 1, MatMul 2, Relu 1" in run_cli("inspect", FIXTURES / "mlp.onnx").stdout.splitlines()
 
 
 # ---------------------------------------------------------------- damaged compiled outputs
@@ -426,7 +424,7 @@ def test_missing_data_file_reported_and_check_exits_5(built: dict[str, Path], tm
     status = {f["name"]: f["status"] for f in report["manifest"]["files"]}
     assert status == {"split_ctx.onnx": "ok", "split_ctx.onnx.data": "missing", "split_ctx_qnn.bin": "ok"}
 
-    proc = run("inspect", model, "--check", "--json")
+    proc = run_cli("inspect", model, "--check", "--json")
     assert proc.returncode == 5
     assert json.loads(proc.stdout)["manifest"]["hashed"] is True  # the report is still printed
     line = one_line_error(proc)
@@ -441,7 +439,7 @@ def test_missing_blob_file_reported(built: dict[str, Path], tmp_path: Path) -> N
     assert main["blob"] == {"location": "split_ctx_qnn.bin", "size": None, "missing": True, "unsafe_path": False, "shared": False}
     assert f"EP context file 'split_ctx_qnn.bin' (node {main['name']!r}) is missing" in report["problems"]
     assert "split_ctx_qnn.bin: missing" in report["problems"]
-    proc = run("inspect", model, "--check", "-q")
+    proc = run_cli("inspect", model, "--check", "-q")
     assert proc.returncode == 5
     line = one_line_error(proc)
     assert line.startswith("ortcompile: error: ") and "split_ctx_qnn.bin: missing" in line
@@ -455,7 +453,7 @@ def test_truncated_data_file_is_short(built: dict[str, Path], tmp_path: Path) ->
     assert (data["size"], data["short"], data["missing"]) == (1000, True, False)
     assert report["problems"] == ["external data file 'split_ctx.onnx.data' has 1000 bytes, tensors need 1024",
                                   "split_ctx.onnx.data: size 1000, manifest says 1024"]
-    assert "SHORT" in run("inspect", model).stdout
+    assert "SHORT" in run_cli("inspect", model).stdout
 
 
 def test_check_hashes_and_catches_a_same_size_change(built: dict[str, Path], tmp_path: Path) -> None:
@@ -471,7 +469,7 @@ def test_check_hashes_and_catches_a_same_size_change(built: dict[str, Path], tmp
         stream.seek(-1, os.SEEK_CUR)
         stream.write(bytes([byte[0] ^ 0xFF]))
     assert inspect_json(model)["manifest"]["ok"] is True  # sizes only: fast, and blind to this by design
-    proc = run("inspect", model, "--check", "--json")
+    proc = run_cli("inspect", model, "--check", "--json")
     assert proc.returncode == 5
     entry = next(f for f in json.loads(proc.stdout)["manifest"]["files"] if f["name"] == blob.name)
     assert (entry["sha256_ok"], entry["status"]) == (False, "sha256 differs from the manifest")
@@ -500,7 +498,7 @@ def test_compiled_ops_unknown_without_manifest(built: dict[str, Path], tmp_path:
     assert report["manifest"] is None and report["problems"] == []
     assert report["nodes"] == {"epcontext": 3, "epcontext_by_source": {"QNNExecutionProvider": 3},
                                "compiled_ops": None, "remaining_ops": {"Mod": 1, "Sinh": 1}}
-    lines = run("inspect", model).stdout.splitlines()
+    lines = run_cli("inspect", model).stdout.splitlines()
     assert "nodes      3 EPContext; compiled: unknown without a manifest; remaining: Mod 1, Sinh 1" in lines
     assert "manifest   none" in lines
 
@@ -508,10 +506,10 @@ def test_compiled_ops_unknown_without_manifest(built: dict[str, Path], tmp_path:
 def test_not_a_model_and_no_such_file_exit_3(tmp_path: Path) -> None:
     junk = tmp_path / "junk.onnx"
     junk.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes())
-    proc = run("inspect", junk)
+    proc = run_cli("inspect", junk)
     assert proc.returncode == 3
     assert one_line_error(proc).startswith(f"ortcompile: error: {junk}: not a valid ONNX model")
-    proc = run("inspect", tmp_path / "absent.onnx")
+    proc = run_cli("inspect", tmp_path / "absent.onnx")
     assert proc.returncode == 3
     assert one_line_error(proc) == f"ortcompile: error: {tmp_path / 'absent.onnx'}: no such file"
 
@@ -522,7 +520,7 @@ def test_manifest_from_another_tool_is_a_problem_not_a_crash(built: dict[str, Pa
     report = inspect_json(model)
     assert report["manifest"]["ok"] is False
     assert report["problems"] == ["split_ctx.manifest.json: unknown manifest format 'something-else/9'"]
-    proc = run("inspect", model, "--check", "-q")
+    proc = run_cli("inspect", model, "--check", "-q")
     assert proc.returncode == 5 and "unknown manifest format" in one_line_error(proc)
 
 
@@ -619,7 +617,7 @@ def test_inspect_over_2gb_output_is_fast_low_memory_and_never_reads_the_data(big
 
 def test_the_sparse_over_2gb_output_is_a_real_model(big_output: Path) -> None:
     """The object of the test above is not a fake: it loads in ONNX Runtime and matches its source."""
-    proc = run("verify", big_output, "--reference", FIXTURES / "mlp.onnx", "--json")
+    proc = run_cli("verify", big_output, "--reference", FIXTURES / "mlp.onnx", "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert report["ok"] is True and report["integrity"]["ok"] is True
@@ -633,7 +631,7 @@ def test_docs_describe_every_json_key_and_option() -> None:
             | UNALIGNED_KEYS | MANIFEST_KEYS | MANIFEST_FILE_KEYS)
     undocumented = sorted(k for k in keys if f"`{k}`" not in doc and f'"{k}"' not in doc)
     assert undocumented == []
-    help_options = run("inspect", "--help").stdout.partition("Options:")[2]
+    help_options = run_cli("inspect", "--help").stdout.partition("Options:")[2]
     options = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*|-[a-z])\b", help_options))
     assert options >= {"--check", "--json", "-q", "--quiet"}
     assert sorted(o for o in options if o not in doc) == []

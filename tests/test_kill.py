@@ -38,8 +38,9 @@ from genmodels import (  # noqa: E402
     external_mlp,
     file_sha256,
     mlp,
-    popen_cli,
+    popen_process,
     run_cli,
+    run_process,
     save,
     stage_dirs,
     write_mixed_big_model,
@@ -112,7 +113,7 @@ class KilledRun:
     killed_at: float = 0.0
 
     def start(self) -> None:
-        self.proc = popen_cli(*self.args, "-v", env=cli_env({"XDG_CACHE_HOME": str(self.out.parent / "xdg")}))
+        self.proc = popen_process(*self.args, "-v", env=cli_env({"XDG_CACHE_HOME": str(self.out.parent / "xdg")}))
         self.t0 = time.monotonic()
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -293,8 +294,9 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def _compile(model: Path, out: Path, *options: str) -> None:
-    result = run_cli("compile", model, "-o", out, "--ep", "cpu", "--force", *options, env=cli_env({"XDG_CACHE_HOME": str(out.parent / "xdg")}))
+def _compile(model: Path, out: Path, *options: str, fresh_process: bool = False) -> None:
+    run = run_process if fresh_process else run_cli
+    result = run("compile", model, "-o", out, "--ep", "cpu", "--force", *options, env=cli_env({"XDG_CACHE_HOME": str(out.parent / "xdg")}))
     assert result.returncode == 0, result.stderr
 
 
@@ -302,14 +304,16 @@ def _files(directory: Path, prefix: str) -> dict[str, bytes]:
     return {n: (directory / n).read_bytes() for n in sorted(os.listdir(directory)) if n.startswith(prefix)}
 
 
-@pytest.fixture
-def two_outputs(tmp_path: Path) -> tuple[Path, Path, Path]:
-    """m.onnx compiled two ways: A (3 data shards) and B (one data file, other offsets): every file differs."""
-    model = external_mlp(tmp_path / "src", width=128)
-    _compile(model, tmp_path / "A", "--shard-size", "64K", "--inline-threshold", "0")
-    _compile(model, tmp_path / "B")
-    assert len([n for n in os.listdir(tmp_path / "A") if ".onnx.data" in n]) >= 2
-    return model, tmp_path / "A", tmp_path / "B"
+@pytest.fixture(scope="module")
+def two_outputs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """m.onnx compiled two ways: A (3 data shards) and B (one data file, other offsets): every file differs.
+    Shared by the module: tests only read them (and copy them into their own destinations)."""
+    root = tmp_path_factory.mktemp("two-outputs")
+    model = external_mlp(root / "src", width=128)
+    _compile(model, root / "A", "--shard-size", "64K", "--inline-threshold", "0")
+    _compile(model, root / "B")
+    assert len([n for n in os.listdir(root / "A") if ".onnx.data" in n]) >= 2
+    return model, root / "A", root / "B"
 
 
 @pytest.mark.parametrize("renamed", [0, 1, 2, 3], ids=["before-any-rename", "after-data", "after-model", "after-manifest"])
@@ -373,13 +377,13 @@ def test_stages_of_live_or_foreign_processes_are_left_alone(two_outputs: tuple[P
     model, a, _ = two_outputs
     dest = tmp_path / "dest"
     shutil.copytree(a, dest)
-    live = dest / f"{STAGE_PREFIX}{os.getpid()}-00000001"
+    live = dest / f"{STAGE_PREFIX}{os.getpid()}-00000001"  # this (pytest) process: alive, and not the compiler below
     live.mkdir()
     (live / "m_ctx.onnx").write_bytes(b"half-written by a live process")
     (live / JOURNAL).write_text(json.dumps({"move": ["m_ctx.onnx"], "delete": []}))
     odd = dest / f"{STAGE_PREFIX}notapid"
     odd.mkdir()
-    _compile(model, dest)
+    _compile(model, dest, fresh_process=True)  # in this process the live stage's pid would be the compiler's own
     assert sorted(stage_dirs(dest)) == sorted([live.name, odd.name])
     assert (live / "m_ctx.onnx").read_bytes() == b"half-written by a live process"
     manifest = check_published(dest, "m")

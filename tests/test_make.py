@@ -20,7 +20,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_cli
 
 from ortcompile.errors import OutputError
 from ortcompile.output.incremental import make_escape
@@ -281,8 +281,7 @@ def test_depfile_with_space_dollar_hash_colon_is_read_right_by_make(spelling: st
 
 def test_depfile_for_a_batch_has_one_rule_per_model(tmp_path: Path, fixture_copy) -> None:
     mlp, split = fixture_copy("mlp.onnx"), fixture_copy("split.onnx")
-    proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", mlp, split, "-o", tmp_path / "out", "--ep", "cpu",
-                           "--depfile", tmp_path / "all.d", "-q"], env=_env(tmp_path), capture_output=True, text=True, timeout=300)
+    proc = run_cli("compile", mlp, split, "-o", tmp_path / "out", "--ep", "cpu", "--depfile", tmp_path / "all.d", "-q", env=_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "all.d").read_text() == rule(f"{tmp_path}/out/mlp_ctx.onnx", str(mlp)) + rule(f"{tmp_path}/out/split_ctx.onnx", str(split))
 

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import FIXTURES, REPO
+from helpers import FIXTURES, REPO, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -431,9 +431,7 @@ def test_graph_facts() -> None:
 # ---------------------------------------------------------------- EPContext nodes of a real compile
 
 def compile_split(out: Path, embed: str) -> onnx.ModelProto:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-m", "ortcompile", "compile", str(FIXTURES / "split.onnx"), "-o", str(out),
-                             "--ep", "qnn", "--embed", embed], capture_output=True, text=True, env=env, timeout=300)
+    result = run_cli("compile", FIXTURES / "split.onnx", "-o", out, "--ep", "qnn", "--embed", embed)
     assert result.returncode == 0, result.stderr
     return onnx.load(str(out / "split_ctx.onnx"), load_external_data=False)
 

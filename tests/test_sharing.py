@@ -9,7 +9,9 @@ give ONE `mlp_ctx_qnn.bin` both graphs reference; `verify` says "shared EP conte
 device" (exit 1, the crash stays in verify's child process); `inspect` marks the blob shared. A batch whose
 second model fails publishes nothing.
 
-Every CLI call is `python -m ortcompile` in a fresh process (real ORT, real QNN EP).
+The CLI runs in this process (helpers.run_cli; real ORT, real QNN EP, each compile's EP in its own worker child).
+The tests of the simulator's crash on a shared context run `python -m ortcompile` in a fresh process: the crash must
+stay in ortcompile's child, and if it ever did not, it would end that process, not the test run.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from helpers import (
     cpu_session,
     epcontext_nodes,
     run_cli,
+    run_process,
     seeded_inputs,
     sha256,
     snapshot,
@@ -348,7 +351,7 @@ def test_share_weights_verify_of_an_unloadable_shared_context_publishes_nothing(
     """On the QNN simulator the shared context cannot be loaded, so --verify must fail the batch: exit 1, one
     line, no output directory (never exit 0 with unverified files)."""
     out = tmp_path / "out"
-    proc = run_cli("compile", MLP, SPLIT, "-o", out, "--ep", "qnn", "--share-weights", "--verify")
+    proc = run_process("compile", MLP, SPLIT, "-o", out, "--ep", "qnn", "--share-weights", "--verify")  # a crash: see the top
     assert proc.returncode == 1, proc.stderr
     warning, *error = proc.stderr.splitlines()  # the pre-publish check says once that it cannot load them here
     assert warning == ("ortcompile: warning: mlp_ctx.onnx, split_ctx.onnx: not checked before publishing: "
@@ -431,7 +434,7 @@ def test_simulator_cannot_load_a_shared_context(qnn_shared: dict[str, Any]) -> N
 
 @pytest.mark.parametrize("stem", ["mlp", "split"])
 def test_qnn_verify_reports_cannot_load_cleanly(qnn_shared: dict[str, Any], stem: str) -> None:
-    proc = run_cli("verify", qnn_shared["out"] / f"{stem}_ctx.onnx", "--reference", FIXTURES / f"{stem}.onnx")
+    proc = run_process("verify", qnn_shared["out"] / f"{stem}_ctx.onnx", "--reference", FIXTURES / f"{stem}.onnx")
     assert proc.returncode == 1, (proc.returncode, proc.stderr)  # not -11: the crash stayed in the probe's child
     line = assert_one_line_error(proc.stderr, "shared EP context: cannot be loaded on this device")
     assert line.startswith(SHARED_CONTEXT_ERROR), line
@@ -504,8 +507,9 @@ def test_dynamic_member_is_refused_before_anything_runs(tmp_path: Path) -> None:
 
 
 def test_qnn_shared_batch_is_deterministic(qnn_shared: dict[str, Any], tmp_path: Path) -> None:
-    """A second CLI run of the same batch (a fresh process) gives byte-identical files, shared context included."""
-    again = run_cli("compile", MLP, SPLIT, "-o", tmp_path / "again", "--ep", "qnn", "--share-weights", "-q")
+    """A second CLI run of the same batch, in a fresh process (its own string-hash seed), gives byte-identical files,
+    shared context included."""
+    again = run_process("compile", MLP, SPLIT, "-o", tmp_path / "again", "--ep", "qnn", "--share-weights", "-q")
     assert again.returncode == 0, again.stderr
     assert snapshot(tmp_path / "again") == snapshot(qnn_shared["out"])
 
@@ -549,7 +553,7 @@ def test_shared_data_file_in_shards(tmp_path: Path) -> None:
     assert_bit_identical(out / "dynamic_ctx.onnx", DYNAMIC, range(2), {"batch": 2})
 
 
-def test_qnn_twin_models_share_weights_inside_the_context(tmp_path: Path) -> None:
+def test_qnn_twin_models_share_weights_inside_the_context(qnn_shared: dict[str, Any], tmp_path: Path) -> None:
     """Two copies of split.onnx (different stems): the CPU-side W_mod is stored once and marked shared in both
     manifests, and QNN's one shared context is far smaller than two separate ones.
     Measured: 950,272 bytes shared vs 2 x 909,312 separately (0.52)."""
@@ -564,9 +568,7 @@ def test_qnn_twin_models_share_weights_inside_the_context(tmp_path: Path) -> Non
     assert sorted(entries) == ["split_b_ctx.onnx", "split_ctx.onnx", "split_ctx_qnn.bin", "split_shared.data"]
     assert entries["split_shared.data"]["shared"] and entries["split_ctx_qnn.bin"]["shared"]
     assert externals(out / "split_ctx.onnx") == externals(out / "split_b_ctx.onnx") == {"W_mod": ("split_shared.data", 0, 1024)}
-    alone = run_cli("compile", SPLIT, "-o", tmp_path / "alone", "--ep", "qnn", "--embed", "never", "-q")
-    assert alone.returncode == 0, alone.stderr
-    separate = (tmp_path / "alone" / "split_ctx_qnn.bin").stat().st_size
+    separate = (qnn_shared["separate"] / "split_ctx_qnn.bin").stat().st_size  # split compiled on its own, --embed never
     shared = entries["split_ctx_qnn.bin"]["size"]
     print(f"\nsplit twice: shared context {shared} bytes vs 2 x {separate} separately ({shared / (2 * separate):.3f})")
     assert separate < shared < 0.6 * 2 * separate
