@@ -82,7 +82,7 @@ def measure(argv: list[str], timeout: float = 3600) -> dict[str, Any]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with TreePeak(proc.pid) as peak:
         stdout, stderr = proc.communicate(timeout=timeout)
-    return {"wall": time.perf_counter() - clock, "peak_rss": peak.peak, "rc": proc.returncode, "stdout": stdout[-4000:],
+    return {"wall": time.perf_counter() - clock, "peak_rss": peak.peak, "rc": proc.returncode, "stdout": stdout,
             "stderr": stderr.strip().splitlines()[-1][:300] if stderr.strip() else ""}
 
 

@@ -49,13 +49,15 @@ pytestmark = pytest.mark.corpus
 
 DET = "rapidocr/ch_PP-OCRv4_det_infer"
 # Models that compile for QNN with their pins, verified on generated inputs (DET: with a realistic image, once).
-VERIFIED = ["rapidocr/ch_PP-OCRv4_rec_infer", "rapidocr/ch_ppocr_mobile_v2.0_cls_infer", "ddddocr/common", "ddddocr/common_old", "ddddocr/common_det", "silero/silero_vad_16k_op15",
+VERIFIED = ["rapidocr/ch_PP-OCRv4_rec_infer", "rapidocr/ch_ppocr_mobile_v2.0_cls_infer", "ddddocr/common", "ddddocr/common_old",
+            "ddddocr/common_det", "silero/silero_vad_16k_op15",
             "silero/silero_vad_16k_sequence", "silero/silero_vad_half", "silero/silero_vad_openvino_16k", "rxnmap/rxnmap"]
 # Models that do not compile for QNN with their pins alone: (exit code, text in the one line). docs/real-models.md
 # lists them with the --freeze that makes them compile (tests/test_real_models.py runs those rows).
 KNOWN_COMPILE_FAILURES = {
     # pinned to 16 kHz frames, the dead 8 kHz branch of If(sr == 16000) no longer type-checks (needs sr frozen)
-    "silero/silero_vad": (1, "First input tensor must have rank 3; the model cannot be made static this way; the model switches networks on sr: try --freeze sr=16000"),
+    "silero/silero_vad": (1, "First input tensor must have rank 3; the model cannot be made static this way; "
+                             "the model switches networks on sr: try --freeze sr=16000"),
     # ORT's EPContext writer drops the main-graph initializers the If branches read (onnxruntime#32131)
     "silero/silero_vad_op18_ifless": (1, "is not output of any previous nodes.; the model switches networks on sr: try --freeze sr=16000"),
 }
