@@ -99,16 +99,21 @@ def _severity() -> int:
     return 2 if _show_native_output else 4
 
 
-def vm_hwm_bytes() -> int | None:
-    """This address space's peak resident set (Linux VmHWM; reset by writing 5 to /proc/self/clear_refs)."""
+def proc_kib_field(path: str, field: str) -> int | None:
+    """A "Field:  N kB" line of a Linux /proc file (status, meminfo) in bytes; None when absent or unreadable."""
     try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
+        with open(path) as lines:
+            for line in lines:
+                if line.startswith(f"{field}:"):
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
     return None
+
+
+def vm_hwm_bytes() -> int | None:
+    """This address space's peak resident set (Linux VmHWM; reset by writing 5 to /proc/self/clear_refs)."""
+    return proc_kib_field("/proc/self/status", "VmHWM")
 
 
 def peak_rss_bytes() -> int:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ortcompile.compile.split import SplitJob, SplitResult, split_model
 from ortcompile.compile.worker import reset_cancel
 from ortcompile.errors import CompilationFailed, OrtCompileError
+from ortcompile.native import proc_kib_field
 from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.progress import Reporter, SilentReporter
 
@@ -42,14 +43,8 @@ def estimate_peak(weight_bytes: int) -> int:
 
 def available_memory() -> int:
     """MemAvailable (Linux), else the physical memory: what parts may use by default."""
-    try:
-        with open("/proc/meminfo") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    available = proc_kib_field("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:

@@ -80,10 +80,6 @@ class SourceModel:
         return sorted(self.external_paths, key=lambda location: (self.external_paths[location], location))
 
     @property
-    def dynamic_inputs(self) -> list[InputInfo]:
-        return [i for i in self.inputs if i.is_dynamic]
-
-    @property
     def symbolic_dims(self) -> set[str]:
         return {d for i in self.inputs for d in i.dims if isinstance(d, str)}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -144,9 +144,6 @@ class Manifest:
         return self.options.get("layout") or {}
 
     # ---------------------------------------------------------------- writing
-
-    def with_check(self, check: dict[str, Any] | None) -> Manifest:
-        return replace(self, check=check)
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {
