@@ -46,17 +46,19 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 MiB = 1 << 20
 
+# argv: SOURCE OUTPUT cpu|qnn [KEY=VALUE ...] (QNN provider options)
 RAW_SCRIPT = r"""
 import os, sys, time
 import onnxruntime as ort
 src, out, ep = sys.argv[1:4]
+extra = dict(kv.split("=", 1) for kv in sys.argv[4:])  # more QNN provider options, KEY=VALUE
 ort.set_default_logger_severity(3)
 options = ort.SessionOptions()
 if ep == "qnn":
     import onnxruntime_qnn
     ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
-    options.add_provider_for_devices(devices[:1], {"backend_path": onnxruntime_qnn.get_qnn_htp_path()})
+    options.add_provider_for_devices(devices[:1], {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), **extra})
 compiler = ort.ModelCompiler(options, src, embed_compiled_data_into_model=False,
                              external_initializers_file_path=os.path.basename(out) + ".data")
 clock = time.perf_counter()

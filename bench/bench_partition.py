@@ -39,28 +39,15 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
 
+from bench_compile import RAW_SCRIPT  # noqa: E402
 from bigmodel import write_cpu_model, write_qnn_model  # noqa: E402
 from treerss import TreePeak  # noqa: E402
 
 GiB = 1 << 30
 QNN_FACTOR = 2.6  # peak RSS of a QNN compile over the model size, default target (fp16 weights); fp32: 3.9
-# The raw Compile API with the provider options of ortcompile's default QNN target (sc8380xp: HTP v73), so both
-# compile the same thing.
-RAW_SCRIPT = r"""
-import os, sys, time
-import onnxruntime as ort, onnxruntime_qnn
-src, out = sys.argv[1:3]
-ort.set_default_logger_severity(3)
-ort.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
-options = ort.SessionOptions()
-devices = [d for d in ort.get_ep_devices() if d.ep_name == "QNNExecutionProvider"]
-options.add_provider_for_devices(devices[:1], {"backend_path": onnxruntime_qnn.get_qnn_htp_path(), "soc_model": "60", "htp_arch": "73"})
-compiler = ort.ModelCompiler(options, src, embed_compiled_data_into_model=False,
-                             external_initializers_file_path=os.path.basename(out) + ".data")
-clock = time.perf_counter()
-compiler.compile_to_file(out)
-print(f"{time.perf_counter() - clock:.3f}")
-"""
+# The raw Compile API (bench_compile.RAW_SCRIPT) with the provider options of ortcompile's default QNN target
+# (sc8380xp: HTP v73), so both compile the same thing.
+RAW_TARGET_OPTIONS = ["soc_model=60", "htp_arch=73"]
 LOAD_SCRIPT = r"""
 import sys, time
 import onnxruntime as ort, onnxruntime_qnn
@@ -119,7 +106,7 @@ def qnn_rows(size_gb: int, workdir: Path, jobs_compare: bool, skip_whole_over: f
     if needs < 0.9 * available and model.total_bytes / 1e9 <= skip_whole_over:
         out = directory / "raw"
         out.mkdir()
-        run("raw", [sys.executable, "-c", RAW_SCRIPT, str(model.path), str(out / "m_ctx.onnx")], out)
+        run("raw", [sys.executable, "-c", RAW_SCRIPT, str(model.path), str(out / "m_ctx.onnx"), "qnn", *RAW_TARGET_OPTIONS], out)
         run("whole", ortcompile("compile", model.path, "-o", directory / "whole", "--ep", "qnn", "--check", "none", "--json"), directory / "whole")
     else:
         for method in ("raw", "whole"):
