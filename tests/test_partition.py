@@ -71,6 +71,21 @@ def test_partitioned_compile_is_one_model_of_several_parts(partitioned: tuple[Pa
     assert manifest["options"]["partition"] == {"budget": 10 << 20, "max_context_size": None}
 
 
+def test_the_stitched_check_feeds_the_users_inputs_and_reports_the_applied_budget(chain: Path, tmp_path: Path) -> None:
+    """--input reaches the check of the stitched model (the parts never see it), and the result names the budget split
+    applied, `auto` resolved to the default context size."""
+    source = cpu_session(chain)
+    [spec] = source.get_inputs()
+    np.save(tmp_path / "x.npy", np.full(spec.shape, 0.5, dtype=np.float32))
+    out = tmp_path / "out"
+    result = _json(run_cli("compile", chain, "-o", out, "--ep", "qnn", "--partition", "auto", "--input", f"{spec.name}={tmp_path / 'x.npy'}",
+                           "--json"))["outputs"][0]
+    assert result["parts"]["budget_bytes"] == 1 << 30
+    assert f"{spec.name}: given (x.npy)" in result["check"]["notes"]
+    manifest = json.loads((out / "chain_ctx.manifest.json").read_text())
+    assert manifest["check"]["inputs"] == "given and generated (seeded)"
+
+
 def test_partitioned_output_computes_what_the_whole_compile_does(chain: Path, whole: Path, partitioned: tuple[Path, dict[str, Any]]) -> None:
     out, _ = partitioned
     stitched, single, source = qnn_session(out / "chain_ctx.onnx"), qnn_session(whole), cpu_session(chain)

@@ -8,7 +8,6 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.shaping import configured, shaping_options, take_shaping
-from ortcompile.errors import UsageError
 
 
 @click.command("split", short_help="Write a model as parts that compile on their own, with a Make fragment.")
@@ -34,9 +33,7 @@ def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest
     values = configured([model], take_shaping(rest))[0][model]
     if values["partition"] is None and values["max_context_size"] is None:
         values["partition"] = 0  # auto
-    options = compile_options(values, force=force)
-    if options.partition is None:
-        raise UsageError("split needs --partition SIZE|auto or --max-context-size")
+    options = compile_options(values, force=force)  # partitioned: values["partition"] is set above
     result = split_to(model, output_dir, options, stitch_output, out.reporter())
     parts = [{"model": str(result.directory / name), "weight_bytes": spec.weight_bytes, "inputs": list(spec.inputs), "outputs": list(spec.outputs)}
              for name, spec in zip(result.parts, result.plan.parts)]

@@ -2,7 +2,7 @@
 
 A single compile, a weight-sharing batch (published together) and a stitched partitioned model all end here, so
 nothing reaches an output directory by another road. What finish needs of the thing being finished is the
-`Finishing` protocol: CompileJob implements it for compiles, StitchJob (parts.py) for stitched models.
+`Finishing` protocol: CompileJob implements it for compiles, StitchJob (stitch.py) for stitched models.
 """
 
 from __future__ import annotations

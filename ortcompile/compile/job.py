@@ -249,11 +249,7 @@ class CompileJob:
         return outcome.record
 
     def given_inputs(self) -> dict[str, Any]:
-        """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
-        compiled model ignores it; the source must get the same value to compute the same thing)."""
-        from ortcompile.readback.given import Given
-
-        return {**{name: Given(value, f"--freeze {name}={value}") for name, value in self.options.freeze.items()}, **self.options.inputs}
+        return given_inputs(self.options)
 
     def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any] | None, shared: set[str] | None = None) -> Manifest:
         prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
@@ -350,6 +346,14 @@ def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> N
         warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
                       f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
                       OrtCompileWarning, stacklevel=3)
+
+
+def given_inputs(options: CompileOptions) -> dict[str, Any]:
+    """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
+    compiled model ignores it; the source must get the same value to compute the same thing)."""
+    from ortcompile.readback.given import Given
+
+    return {**{name: Given(value, f"--freeze {name}={value}") for name, value in options.freeze.items()}, **options.inputs}
 
 
 def ep_request(options: CompileOptions) -> EpRequest:

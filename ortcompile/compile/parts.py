@@ -88,6 +88,7 @@ def plan_record(job: CompileJob | SplitJob, digest: InputDigest | None, parts_di
             "input": None if digest is None else {"sha256": digest.combined,
                                                   "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
             "source_ops": job.source.op_counts,
+            "source_weight_bytes": job.source.weight_bytes,
             "source_path": Path(os.path.relpath(job.source.path.absolute(), parts_dir.absolute())).as_posix()}
 
 
@@ -98,7 +99,7 @@ def part_options(options: CompileOptions) -> CompileOptions:
     on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
                                force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None)
+                               output_name=None, compatibility=False)
 
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,

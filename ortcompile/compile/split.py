@@ -28,7 +28,7 @@ from ortcompile.compile.shapes import Pins, apply_pins, value_dims
 from ortcompile.compile.source import SourceModel
 from ortcompile.errors import CompilationFailed, output_error
 from ortcompile.naming import strip_onnx
-from ortcompile.onnxfacts import stored_nbytes
+from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
 from ortcompile.paths import is_plain_name, model_dir
 from ortcompile.progress import Reporter, SilentReporter
@@ -117,8 +117,6 @@ def _link_source_files(source: SourceModel, out_dir: Path, stem: str) -> dict[st
 
 def _point_at(model: Any, links: dict[str, str]) -> None:
     """Every external reference of `model` re-pointed at the linked copy of its file (offsets unchanged)."""
-    from ortcompile.onnxfacts import iter_tensors
-
     for site in iter_tensors(model):
         for entry in site.tensor.external_data:
             if entry.key == "location" and entry.value in links:

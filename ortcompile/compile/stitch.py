@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortcompile import eps
-from ortcompile.compile.datapass import FileSink
+from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpRequest, EpStepOutput
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
@@ -62,6 +62,8 @@ class PartsPlan:
     options: dict[str, Any]  # the output-shaping options, as the manifest records them
     source_ops: dict[str, int]
     dims: dict[str, int]  # the source's dims as pinned: the check feeds the source inputs of these shapes
+    budget_bytes: int  # the weights a part may hold, as split applied it (auto resolved)
+    weight_bytes: int  # the source's weights, each once (parts reading one weight list it each)
 
     @property
     def directory(self) -> Path:
@@ -79,7 +81,8 @@ class PartsPlan:
         try:
             files = tuple((f["name"], f["size"], f["sha256"]) for f in (document["input"] or {"files": []})["files"])
             return cls(path, document["source"], document["source_path"], list(document["parts"]), list(document["plan"]["parts"]),
-                       document["skeleton"], InputDigest(files), document["options"], document["source_ops"], document["dims"])
+                       document["skeleton"], InputDigest(files), document["options"], document["source_ops"], document["dims"],
+                       document["plan"]["budget_bytes"], document["source_weight_bytes"])
         except (KeyError, TypeError) as exc:
             raise InvalidModel(f"{path}: a parts plan without {exc}: write it again with ortcompile split") from None
 
@@ -162,7 +165,7 @@ class StitchJob:
         published unopened unless --check none says so. Every part was also checked on its own when it compiled."""
         from ortcompile.compile.job import ep_precision
 
-        mode = effective_check(self.options.check, sum(spec["weight_bytes"] for spec in self.plan.specs))
+        mode = effective_check(self.options.check, self.plan.weight_bytes)
         if mode == "run" and self.source is None:
             self.reporter.detail(f"check: the source is not at {self.plan.directory / self.plan.source_path}: loading the output only")
             mode = "load"
@@ -189,7 +192,7 @@ class StitchJob:
         limit = budget or available_memory()
         where = "--memory-budget" if budget else "available"
         load = CHECK_PROCESS_BYTES + output_bytes
-        source = sum(spec["weight_bytes"] for spec in self.plan.specs)
+        source = self.plan.weight_bytes
         if mode == "run" and load + source > limit:
             self.reporter.detail(f"check: load only: running next to the source needs ~{(load + source) / (1 << 30):.1f} GiB, "
                                  f"{limit / (1 << 30):.1f} GiB {where}")
@@ -201,13 +204,15 @@ class StitchJob:
         return mode
 
     def _given(self) -> dict[str, Any]:
-        from ortcompile.readback.given import Given
+        from ortcompile.compile.job import given_inputs
 
-        return {name: Given(value, f"--freeze {name}={value}") for name, value in self.options.freeze.items()}
+        return given_inputs(self.options)  # --input included: the parts never see it, the stitched model does
 
     @property
     def _request(self) -> EpRequest:
-        return EpRequest(self.options.ep, self.options.ep_options, self.options.target, self.options.ep_library)
+        from ortcompile.compile.job import ep_request
+
+        return ep_request(self.options)
 
     def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any], shared: set[str] | None = None) -> Manifest:
         from ortcompile.output.manifest import file_entries
@@ -236,9 +241,8 @@ class StitchJob:
         self.timings["verify"] = time.perf_counter() - clock
 
     def result(self, built: Built, manifest: Manifest) -> CompileResult:
-        parts = None
         if self.part_results:
-            parts = {"budget_bytes": self.plan.options.get("partition", {}).get("budget"), "parts": [
+            parts = {"budget_bytes": self.plan.budget_bytes, "parts": [
                 {"model": r.model, "weight_bytes": spec["weight_bytes"], "epcontext_nodes": r.epcontext_nodes, "peak_rss_bytes": r.peak_rss_bytes,
                  "seconds": round(sum(r.timings.values()), 3), "check": (r.check or {}).get("ok")}
                 for spec, r in zip(self.plan.specs, self.part_results)]}
@@ -292,7 +296,7 @@ def stitch_parts(plan: PartsPlan, compiled_dir: Path, staging_dir: Path, names: 
     try:
         graph = relayout_model(skeleton, compiled_dir, data_pass)
     except BaseException:
-        data_pass.abandon()
+        DataPass.abandon(data_pass)  # the owner's abandon: SharedDataPass.abandon leaves cleanup to its owner
         raise
     files = data_pass.close()
     return EpStepOutput(graph, files, data_pass.external_count, data_pass.inline_count, {"data_pass": data_pass.seconds}), manifests
@@ -339,7 +343,7 @@ def _same_build(manifest: Manifest, part: str, first: Manifest | None, plan: Par
         raise UsageError(f"part {part} was compiled with other ortcompile/onnxruntime/EP versions than {plan.parts[0]}")
 
 
-def _link_blobs(model: Any, compiled_dir: Path, staging_dir: Path, names: OutputNames, index: int) -> int:
+def _link_blobs(model: Any, compiled_dir: Path, staging_dir: Path, names: OutputNames, index: int) -> None:
     """Each blob file a part's EPContext nodes name, under the output's name: `<model>_partNN<suffix>`."""
     renamed: dict[str, str] = {}
     for node in epcontext_nodes(model):
@@ -351,7 +355,6 @@ def _link_blobs(model: Any, compiled_dir: Path, staging_dir: Path, names: Output
             renamed[location] = f"{names.base}_part{index:02d}{suffix}"
             _link_or_copy(resolve_inside(compiled_dir, location, plain=True), staging_dir / renamed[location])
         attribute(node, "ep_cache_context").s = renamed[location].encode()
-    return len(renamed)
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
