@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.errors import UsageError
+from ortcompile.onnxfacts import INT64_MAX
 from ortcompile.sizes import parse_size
 
-INT64_MAX = 2**63 - 1
 Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
 
 
@@ -135,7 +135,6 @@ KEYS: dict[str, tuple[str, Check]] = {
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
 }
-FLAGS = {name: key for key, (name, _) in KEYS.items()}  # parameter name -> TOML key, for messages
 
 
 def toml_key(key: str) -> str:

@@ -38,8 +38,8 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
             lines.append(f"{kind[:-1]:<10} {io['name']} {io['dtype']}{_shape(io)}{'  (* symbolic)' if io['dynamic'] else ''}")
     nodes = report["nodes"]
     known = nodes["compiled_ops"] is not None
-    compiled = ", ".join(f"{op} {n}" for op, n in nodes["compiled_ops"].items()) or "none" if known else "unknown without a manifest"
-    remaining = ", ".join(f"{op} {n}" for op, n in nodes["remaining_ops"].items()) or "none"
+    compiled = (_ops(nodes["compiled_ops"]) or "none") if known else "unknown without a manifest"
+    remaining = _ops(nodes["remaining_ops"]) or "none"
     lines += [f"nodes      {nodes['epcontext']} EPContext; compiled: {compiled}; remaining: {remaining}"]
     for node in report["epcontext_nodes"]:
         where = f"embedded {human_size(node['embedded_bytes'])}" if node["embed_mode"] else _blob(node["blob"])
@@ -61,7 +61,7 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
         marks = f"{' (default)' if target.get('default') else ''}{' (virtual)' if target.get('virtual') else ''}"
         lines.append(f"target     {target['name']}{marks} {options}".rstrip())
     for part in report.get("parts") or []:
-        remaining = ", ".join(f"{op} {n}" for op, n in part["remaining_ops"].items())
+        remaining = _ops(part["remaining_ops"])
         lines.append(f"part       {part['model']}: nodes {part['nodes'][0]}-{part['nodes'][1] - 1}, {human_size(part['weight_bytes'])} of weights, "
                      f"{plural(part['epcontext'], 'EPContext node')}{'; on CPU: ' + remaining if remaining else ''}")
     for ep, compat in report.get("compatibility", {}).items():

@@ -11,6 +11,7 @@ from click.core import ParameterSource
 
 from ortcompile.cli.output import current
 from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, pairs
+from ortcompile.configkeys import KEYS
 from ortcompile.errors import UsageError
 
 _SHAPING = [
@@ -40,8 +41,7 @@ _SHAPING = [
                       "(auto: run up to 1 GiB of weights, else load)."),
     click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs]."),
 ]
-SHAPING_NAMES = ("ep", "ep_options", "target", "ep_library", "inline_threshold", "align", "align_threshold", "shard_size", "embed", "fix_dims",
-                 "fix_shapes", "freeze", "prepare", "partition", "max_context_size", "check_mode", "require_compiled")
+SHAPING_NAMES = tuple(name for name, _ in KEYS.values())  # the options above, as the config file's keys name them
 _CONFIG = [
     click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False, path_type=str),
                  help="Settings file (ortcompile.toml, or pyproject.toml with [tool.ortcompile]) [default: $ORTCOMPILE_CONFIG, else found upwards]."),

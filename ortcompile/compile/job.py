@@ -17,7 +17,7 @@ import os
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -128,7 +128,6 @@ class CompileJob:
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)  # peak RSS by stage: compile, check
     check_report: dict[str, Any] | None = None  # the pre-publish check's full report, for the result
-    digest: Future[InputDigest] | None = None  # the input digest, computed in the background while the passes run
 
     @classmethod
     def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
@@ -165,7 +164,7 @@ class CompileJob:
         digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
         workers.label = self.worker_label
         try:
-            digest = self.digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
+            digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
             with Staging(self.output_dir) as staging:
                 built = self.build(staging.path, workers)
                 return finish([built], staging, workers, [digest])[0]

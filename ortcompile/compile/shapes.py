@@ -16,8 +16,7 @@ from typing import Any
 
 from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
-
-INT64_MAX = 2**63 - 1  # ONNX Runtime takes dimensions as int64
+from ortcompile.onnxfacts import INT64_MAX  # ONNX Runtime takes dimensions as int64
 
 
 @dataclass(frozen=True)
