@@ -111,6 +111,16 @@ def proc_kib_field(path: str, field: str) -> int | None:
     return None
 
 
+def reset_peak_rss() -> bool:
+    """Restart the kernel's high-water mark (VmHWM) from the current RSS (Linux >= 4.0); False if unsupported."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def vm_hwm_bytes() -> int | None:
     """This address space's peak resident set (Linux VmHWM; reset by writing 5 to /proc/self/clear_refs)."""
     return proc_kib_field("/proc/self/status", "VmHWM")

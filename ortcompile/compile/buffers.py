@@ -213,7 +213,7 @@ def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: 
     resolved = eps.resolve(ep or artifact.ep, ep_options or {})
     options = sessions.session_options(resolved, config={
         "session.use_external_initializer_file_buffers_directly": "1",
-        "session.disable_prepacking": "1",  # prepacking would copy every weight
+        sessions.LEAN_CONFIG: "1",  # prepacking would copy every weight
     })
     if artifact.buffers:
         names = list(artifact.buffers)

@@ -150,7 +150,7 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
     if not report.ok:
         raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
     reporter.detail(check.describe_ok(report))
-    return CheckOutcome(check.record(report), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
+    return CheckOutcome(check.record(report, bool(given)), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
 
 
 def _publish_order(builds: list[Built]) -> list[str]:

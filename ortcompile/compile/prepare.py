@@ -27,6 +27,7 @@ from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
 from ortcompile.paths import model_dir
+from ortcompile.run.sessions import LEAN_CONFIG
 
 OPTIMIZATION = "ort-basic"
 
@@ -119,7 +120,7 @@ def _cpu_options(source: Path, optimize: bool) -> Any:
     options.graph_optimization_level = level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL
     # The pinned graph is passed as bytes: its external data is found in the source's own directory.
     options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir(source)))
-    options.add_session_config_entry("session.disable_prepacking", "1")
+    options.add_session_config_entry(LEAN_CONFIG, "1")
     return options
 
 

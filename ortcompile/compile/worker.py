@@ -262,7 +262,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     _die_with_parent(parent_pid)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     native_filter = _native_output_to_stderr(verbose)
-    from ortcompile.native import set_ort_log_level
+    from ortcompile.native import reset_peak_rss, set_ort_log_level
 
     set_ort_log_level(verbose)
     import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
@@ -277,7 +277,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
             break
         if kind != "call":
             break
-        _reset_peak_rss()  # each call's answer carries its own peak, so stages are measured apart
+        reset_peak_rss()  # each call's answer carries its own peak, so stages are measured apart
         try:
             answer = ("result", func(*args, reporter=reporter), _peak_rss())
         except BaseException as exc:  # handed to the parent, which raises it
@@ -312,14 +312,6 @@ def _native_output_to_stderr(verbose: bool) -> Any:
         return NativeOutputFilter()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     return None
-
-
-def _reset_peak_rss() -> None:
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")  # Linux >= 4.0: VmHWM restarts from the current RSS
-    except OSError:
-        pass
 
 
 def _peak_rss() -> int:

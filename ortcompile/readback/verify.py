@@ -41,7 +41,6 @@ class VerifyReport:
     integrity: ManifestStatus
     parity: ParityReport | None = None
     structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
-    error: str = ""
 
     @property
     def integrity_ok(self) -> bool:
@@ -49,7 +48,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return self.integrity_ok and not self.error and self.parity is not None and self.parity.ok and bool(self.parity.runs)
+        return self.integrity_ok and self.parity is not None and self.parity.ok and bool(self.parity.runs)
 
     @property
     def runs(self) -> list[dict[str, Any]]:
@@ -60,14 +59,12 @@ class VerifyReport:
         if not self.integrity_ok:
             manifest_problems = self.integrity.problems if self.integrity.found else []  # no manifest is no failure
             return "integrity check failed: " + "; ".join(manifest_problems + self.structure_problems)
-        if self.error:
-            return self.error
         return self.parity.failure() if self.parity else "nothing was run"
 
     def exception(self) -> OrtCompileError:
         """The error for a failed verification: exit 5 when the model differs (files, outputs), exit 1 when a
         session could not be created or run (the EP's own message: not a verdict on the outputs)."""
-        if self.integrity_ok and not self.error and self.parity is not None and self.parity.exit_code == CompilationFailed.exit_code:
+        if self.integrity_ok and self.parity is not None and self.parity.exit_code == CompilationFailed.exit_code:
             return CompilationFailed(self.failure())
         return VerificationFailed(self.failure())
 

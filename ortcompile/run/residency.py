@@ -41,16 +41,6 @@ GRAPH_CAPTURE_OPTION = "enableGraphCapture"
 DEVICE_FOR_EP = {"WebGpuExecutionProvider": "webgpu", "CUDAExecutionProvider": "cuda", "DmlExecutionProvider": "dml"}
 
 
-def reset_peak_rss() -> bool:
-    """Restart the kernel's high-water mark (VmHWM) from the current RSS (Linux >= 4.0); False if unsupported."""
-    try:
-        with open("/proc/self/clear_refs", "w") as clear_refs:
-            clear_refs.write("5")
-        return True
-    except OSError:
-        return False
-
-
 def peak_rss_since_reset() -> int | None:
     return vm_hwm_bytes()
 
@@ -240,6 +230,6 @@ class SessionPool:
 
 
 def _numpy_type(ort_type: str) -> Any:
-    from ortcompile.readback.feeds import _ORT_TYPES, InputSpec
+    from ortcompile.readback.feeds import numpy_dtype
 
-    return InputSpec("output", _ORT_TYPES.get(ort_type, 0), (), ort_type).dtype
+    return numpy_dtype(ort_type)
