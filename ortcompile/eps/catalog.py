@@ -160,6 +160,24 @@ MISSING_COMPONENTS: dict[str, str] = {
 }
 
 
+# Provider options that make an EP load a shared library (dlopen: its code runs in the process). QNN: its backend,
+# the QnnSaver and QNN IR backends, and custom op packages ("OpType:path/lib.so:Interface,..."). ortcompile takes
+# these only from the caller, never from a file it finds or reads (docs/security.md).
+LIBRARY_OPTION_KEYS = frozenset({"backend_path", "qnn_saver_path", "qnn_ir_backend_path", "op_packages"})
+_LIBRARY_FILE = re.compile(r"\.(?:so(?:\.\d+)*|dll|dylib)$", re.IGNORECASE)
+
+
+def loads_library(key: str, value: str) -> bool:
+    """Whether a provider option names a shared library the EP would load: a key known to (LIBRARY_OPTION_KEYS),
+    or, for EPs we have no data on, a value with a part that names a library file (`/x/libfoo.so`, `a.dll`)."""
+    return key in LIBRARY_OPTION_KEYS or any(_LIBRARY_FILE.search(part.strip()) for part in re.split(r"[,;:|]", value))
+
+
+def library_options(options: dict[str, str]) -> dict[str, str]:
+    """The options of `options` that load a library (see loads_library)."""
+    return {key: value for key, value in options.items() if loads_library(key, str(value))}
+
+
 def check_option_keys(info: EpInfo, options: dict[str, str]) -> list[str]:
     """Refuse likely typos of known provider options; return warnings for keys we do not know."""
     known = info.option_keys

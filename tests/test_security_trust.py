@@ -1,0 +1,198 @@
+"""The trust model (docs/security.md, issue 18): what ortcompile reads, loads and executes, and what it refuses.
+
+An adversary who can plant a file above the user's directory (a config in /tmp, a cloned repository) or edit an
+output's files (its manifest, a blob symlink) must not choose code for ortcompile's process or the caller's, nor
+make it read outside the model's directory; a damaged library or a hostile config is a one-line error, never a
+crash. Real onnxruntime, the real QNN EP; the planted library is a real shared object whose constructor leaves a
+mark when anything loads it (built with the C compiler; without one, a copy of a real extension module stands in
+and only the outcome is checked).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import FIXTURES, assert_one_line_error, cli_env, run_cli
+
+from ortcompile import CompileOptions, compile_model
+from ortcompile.config import find_config, resolve_config
+from ortcompile.errors import OrtCompileWarning
+
+QNN = "QNNExecutionProvider"
+NOBODY = 65534
+
+
+@dataclass
+class Planted:
+    """A shared library an attacker would plant, and the file its constructor writes when it is loaded."""
+
+    path: Path
+    mark: Path | None  # None: no C compiler here, so loading leaves no mark (the outcome is still checked)
+
+    @property
+    def loaded(self) -> bool:
+        return self.mark is not None and self.mark.exists()
+
+
+@pytest.fixture
+def planted(tmp_path: Path) -> Planted:
+    directory = tmp_path / "attacker"
+    directory.mkdir()
+    library, mark = directory / "libplanted.so", directory / "LOADED"
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        shutil.copyfile(sys.modules["_ctypes"].__file__, library)  # a real ELF, not an EP plugin nor a QNN backend
+        return Planted(library, None)
+    source = directory / "planted.c"
+    source.write_text('#include <stdio.h>\n__attribute__((constructor)) static void planted(void) {\n'
+                      f'  FILE *f = fopen("{mark}", "a"); if (f) {{ fputs("loaded\\n", f); fclose(f); }}\n}}\n')
+    subprocess.run([compiler, "-shared", "-fPIC", "-o", str(library), str(source)], check=True, capture_output=True)
+    return Planted(library, mark)
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tmp_path/shared/work is the current directory, holding mlp.onnx; tmp_path/shared is the directory above it
+    where a config can be planted; tmp_path/.git ends every search there."""
+    work = tmp_path / "shared" / "work"
+    work.mkdir(parents=True)
+    shutil.copyfile(FIXTURES / "mlp.onnx", work / "mlp.onnx")
+    (tmp_path / ".git").mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("ORTCOMPILE_CONFIG", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    return work
+
+
+@pytest.fixture(scope="module")
+def qnn_mlp(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """mlp.onnx compiled for QNN with its blob in a file of its own (mlp_ctx_qnn.bin)."""
+    out = tmp_path_factory.mktemp("qnn-mlp")
+    return compile_model(FIXTURES / "mlp.onnx", out, CompileOptions(ep="qnn", embed="never")).model_path
+
+
+def copied(model: Path, directory: Path) -> Path:
+    shutil.copytree(model.parent, directory)
+    return directory / model.name
+
+
+# ---------------------------------------------------------------- defect 1: a planted config loads no code
+
+
+@pytest.mark.parametrize("text", [
+    'ep-library = "{lib}"\n',
+    'ep-option = {{ backend_path = "{lib}" }}\n',
+    '[models.mlp]\nep-option = {{ op_packages = "Custom:{lib}:Provider" }}\n',
+    'ep-option = {{ some_plugin = "{lib}" }}\n',  # a key ortcompile does not know, whose value names a library
+], ids=["ep-library", "backend_path", "op_packages", "library-value"])
+def test_a_config_found_by_searching_may_not_name_a_library(project: Path, planted: Planted, text: str) -> None:
+    config = project.parent / "ortcompile.toml"
+    config.write_text(text.format(lib=planted.path))
+    proc = run_cli("compile", "mlp.onnx", "-o", "out", "--ep", "qnn")
+    assert proc.returncode == 2, proc.stderr
+    line = assert_one_line_error(proc.stderr, "../ortcompile.toml: ", "names a library to load", "--config ../ortcompile.toml")
+    assert "ep-" in line and not planted.loaded
+    assert not (project / "out").exists()
+
+
+def test_a_config_the_user_names_may_name_a_library(project: Path, planted: Planted) -> None:
+    """--config (or $ORTCOMPILE_CONFIG) says the file is trusted: its backend_path reaches QNN, which loads it."""
+    config = project.parent / "ortcompile.toml"
+    config.write_text(f'ep-option = {{ backend_path = "{planted.path}" }}\n')
+    for args, env in ((["--config", config], None), ([], {**cli_env(), "ORTCOMPILE_CONFIG": str(config)})):
+        proc = run_cli("compile", "mlp.onnx", "-o", "out", "--ep", "qnn", *args, env=env)
+        assert proc.returncode == 2, proc.stderr
+        assert_one_line_error(proc.stderr, f"refused --ep-option backend_path={planted.path}")
+        assert planted.loaded or planted.mark is None
+
+
+def _give_away(path: Path, group_only: bool = False) -> None:
+    try:
+        os.chown(path, -1 if group_only else NOBODY, NOBODY)
+    except PermissionError:
+        pytest.skip("making a file another user's needs root")
+
+
+@pytest.mark.parametrize("case", ["other-writable file", "group-writable file", "other-writable directory", "someone else's file",
+                                  "someone else's directory", "someone else's file through a symlink"])
+def test_a_found_config_someone_else_could_have_written_is_ignored_with_a_warning(project: Path, case: str) -> None:
+    config = project.parent / "ortcompile.toml"
+    config.write_text("align = 3\n")  # read, it would be an error
+    if case == "other-writable file":
+        config.chmod(0o646)
+    elif case == "group-writable file":
+        config.chmod(0o664)
+        _give_away(config, group_only=True)  # a group that is not the user's own
+    elif case == "other-writable directory":
+        project.parent.chmod(0o777)
+    elif case == "someone else's file":
+        _give_away(config)
+    elif case == "someone else's directory":
+        _give_away(project.parent)
+    else:
+        elsewhere = project.parent.parent / "elsewhere"
+        elsewhere.mkdir()
+        config.rename(elsewhere / "theirs.toml")
+        _give_away(elsewhere / "theirs.toml")
+        config.symlink_to(elsewhere / "theirs.toml")
+    with pytest.warns(OrtCompileWarning, match=r"ignoring the config file \.\./ortcompile\.toml: .*; name it with --config"):
+        assert resolve_config().path is None
+    proc = run_cli("compile", "mlp.onnx", "-o", "out", "--ep", "cpu", "--check", "none")
+    assert proc.returncode == 0, proc.stderr
+    assert "ortcompile: warning: ignoring the config file ../ortcompile.toml" in proc.stderr
+    named = run_cli("compile", "mlp.onnx", "-o", "out", "--force", "--config", "../ortcompile.toml")
+    assert named.returncode == 2 and "align: expected a power of two" in named.stderr  # named: read, as the user asked
+
+
+def test_a_config_of_the_users_own_in_a_sticky_directory_is_read(project: Path) -> None:
+    """/tmp's case: anyone may add files, nobody may replace the user's."""
+    project.parent.chmod(0o1777)
+    (project.parent / "ortcompile.toml").write_text('ep = "cpu"\ncheck = "none"\nalign = 64\n')
+    assert resolve_config().defaults["align"] == 64
+
+
+def test_the_search_stops_at_the_project_root(project: Path) -> None:
+    (project.parent / "ortcompile.toml").write_text("align = 3\n")
+    assert find_config() == project.parent / "ortcompile.toml"
+    (project / "pyproject.toml").write_text('[project]\nname = "mine"\n')  # a project without ortcompile settings
+    assert find_config() is None
+    ok = run_cli("compile", "mlp.onnx", "-o", "out", "--ep", "cpu", "--check", "none")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_the_search_does_not_leave_the_filesystem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "ortcompile.toml").write_text("align = 3\n")  # on the filesystem above the mount
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "ortcompile-test", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        (mount / "work").mkdir()
+        assert find_config(mount / "work") is None
+        (mount / "ortcompile.toml").write_text("align = 64\n")
+        assert find_config(mount / "work") == mount / "ortcompile.toml"
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+
+# ---------------------------------------------------------------- defect 14: hostile config text is a usage error
+
+
+@pytest.mark.parametrize("data, needle", [
+    (b'ep = "cpu"\nalign = "\xff\xfe"\n', "not valid TOML: not UTF-8 text (line 2)"),
+    (b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "nested too deeply"),
+    (b"fix-shape = { x = " + b"[" * 100 + b"1" + b"]" * 100 + b" }\n", "fix-shape.x: expected a positive whole number"),
+], ids=["not-utf8", "deep-arrays", "deep-shape"])
+def test_a_config_that_is_not_text_or_nested_too_deeply_is_a_usage_error(project: Path, data: bytes, needle: str) -> None:
+    (project / "ortcompile.toml").write_bytes(data)
+    for args in ([], ["--config", "ortcompile.toml"]):
+        proc = run_cli("compile", "mlp.onnx", "-o", "out", *args)
+        assert proc.returncode == 2, proc.stderr
+        line = assert_one_line_error(proc.stderr, "ortcompile.toml: ", needle)
+        assert len(line) < 400
