@@ -10,6 +10,7 @@ and only the outcome is checked).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,12 +18,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import onnxruntime_qnn
 import pytest
 from helpers import FIXTURES, assert_one_line_error, cli_env, run_cli
 
+import ortcompile
 from ortcompile import CompileOptions, compile_model
 from ortcompile.config import find_config, resolve_config
-from ortcompile.errors import OrtCompileWarning
+from ortcompile.errors import InvalidModel, OrtCompileWarning
 
 QNN = "QNNExecutionProvider"
 NOBODY = 65534
@@ -196,3 +199,68 @@ def test_a_config_that_is_not_text_or_nested_too_deeply_is_a_usage_error(project
         assert proc.returncode == 2, proc.stderr
         line = assert_one_line_error(proc.stderr, "ortcompile.toml: ", needle)
         assert len(line) < 400
+
+
+# ---------------------------------------------------------------- defect 2: a tampered manifest loads no code
+
+
+@pytest.fixture
+def tampered(qnn_mlp: Path, planted: Planted, tmp_path: Path) -> Path:
+    """The compiled mlp with `backend_path` of the planted library written into its manifest's ep_options."""
+    model = copied(qnn_mlp, tmp_path / "tampered")
+    manifest = model.with_name("mlp_ctx.manifest.json")
+    document = json.loads(manifest.read_text())
+    document["options"]["ep_options"]["backend_path"] = str(planted.path)
+    manifest.write_text(json.dumps(document))
+    return model
+
+
+def test_load_session_ignores_a_library_a_manifest_names(tampered: Path, planted: Planted) -> None:
+    with pytest.warns(OrtCompileWarning, match="ignoring the recorded ep_options backend_path="):
+        session = ortcompile.load_session(tampered)
+    assert session.get_providers()[0] == QNN
+    assert session.get_provider_options()[QNN]["backend_path"] == onnxruntime_qnn.get_qnn_htp_path()  # QNN's own
+    assert not planted.loaded
+
+
+def test_load_session_takes_a_library_the_caller_passes(tampered: Path) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OrtCompileWarning)  # the caller chose it: nothing ignored, nothing to say
+        session = ortcompile.load_session(tampered, ep_options={"backend_path": onnxruntime_qnn.get_qnn_htp_path()})
+    assert session.get_providers()[0] == QNN
+
+
+def test_verify_and_placement_ignore_a_library_a_manifest_names(tampered: Path, planted: Planted) -> None:
+    verified = run_cli("verify", tampered, "--reference", FIXTURES / "mlp.onnx")
+    assert verified.returncode == 0, verified.stderr
+    assert "ortcompile: warning: " in verified.stderr and "ignoring the recorded ep_options backend_path=" in verified.stderr
+    placed = run_cli("inspect", tampered, "--placement")
+    assert placed.returncode == 0, placed.stderr
+    assert "ignoring the recorded ep_options backend_path=" in placed.stderr and f"ep       {QNN}: 1 node" in placed.stdout
+    assert not planted.loaded
+
+
+def test_stitch_ignores_a_library_its_parts_plan_names(planted: Planted, tmp_path: Path) -> None:
+    parts = tmp_path / "parts"
+    split = run_cli("split", FIXTURES / "split.onnx", "-o", parts, "--ep", "qnn", "--no-config", "--partition", "100K")
+    assert split.returncode == 0, split.stderr
+    plan = parts / "split.parts.json"
+    document = json.loads(plan.read_text())
+    document["options"]["ep_options"] = {"backend_path": str(planted.path)}
+    plan.write_text(json.dumps(document))
+    proc = run_cli("stitch", plan, "--parts", parts, "-o", tmp_path / "out")
+    assert proc.returncode == 2, proc.stderr  # the parts were never compiled: what matters is what came before
+    assert "ignoring the recorded ep_options backend_path=" in proc.stderr and "is not compiled" in proc.stderr
+    assert not planted.loaded
+
+
+def test_a_manifest_whose_ep_options_are_not_a_table_is_invalid(qnn_mlp: Path, tmp_path: Path) -> None:
+    model = copied(qnn_mlp, tmp_path / "odd")
+    manifest = model.with_name("mlp_ctx.manifest.json")
+    document = json.loads(manifest.read_text())
+    document["options"]["ep_options"] = [["backend_path", "x.so"]]
+    manifest.write_text(json.dumps(document))
+    with pytest.raises(InvalidModel, match="recorded ep_options are not a table of provider options"):
+        ortcompile.load_session(model)

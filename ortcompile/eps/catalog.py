@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ortcompile.errors import UsageError
+from ortcompile.errors import InvalidModel, OrtCompileWarning, UsageError, shorten
 
 CPU_EP = "CPUExecutionProvider"
 EP_SUFFIX = "ExecutionProvider"
@@ -176,6 +177,22 @@ def loads_library(key: str, value: str) -> bool:
 def library_options(options: dict[str, str]) -> dict[str, str]:
     """The options of `options` that load a library (see loads_library)."""
     return {key: value for key, value in options.items() if loads_library(key, str(value))}
+
+
+def recorded_options(recorded: Any, where: str, given: dict[str, str] | None = None) -> dict[str, str]:
+    """Provider options read from an output's files (a manifest, a parts plan), minus those that load a library:
+    they are left out with a warning unless the caller gives that option itself (`given`), so whoever can edit
+    an output cannot choose code for the process that reads it. InvalidModel when they are not a table."""
+    recorded = recorded or {}
+    if not isinstance(recorded, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in recorded.items()):
+        raise InvalidModel(f"{where}: its recorded ep_options are not a table of provider options")
+    options = {key: str(value) for key, value in recorded.items()}
+    ignored = {key: value for key, value in library_options(options).items() if key not in (given or {})}
+    if ignored:
+        named = shorten(", ".join(f"{key}={value!r}" for key, value in ignored.items()), 200)
+        warnings.warn(f"{where}: ignoring the recorded ep_options {named}: ortcompile loads no library that an output's files "
+                      "name (the EP's own is used; pass the option yourself to use another)", OrtCompileWarning, stacklevel=3)
+    return {key: value for key, value in options.items() if key not in ignored}
 
 
 def check_option_keys(info: EpInfo, options: dict[str, str]) -> list[str]:
