@@ -264,3 +264,20 @@ def test_a_manifest_whose_ep_options_are_not_a_table_is_invalid(qnn_mlp: Path, t
     manifest.write_text(json.dumps(document))
     with pytest.raises(InvalidModel, match="recorded ep_options are not a table of provider options"):
         ortcompile.load_session(model)
+
+
+# ---------------------------------------------------------------- defect 4: load_session keeps the path-safety rule
+
+
+def test_load_session_refuses_a_blob_symlinked_outside_the_models_directory(qnn_mlp: Path, tmp_path: Path) -> None:
+    model = copied(qnn_mlp, tmp_path / "out")
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    blob = model.with_name("mlp_ctx_qnn.bin")
+    blob.rename(outside / blob.name)
+    blob.symlink_to(outside / blob.name)
+    with pytest.raises(InvalidModel, match=r"EP context path 'mlp_ctx_qnn.bin' resolves outside the model's directory"):
+        ortcompile.load_session(model)
+    placed = run_cli("inspect", model, "--placement")
+    assert placed.returncode == 3
+    assert_one_line_error(placed.stderr, "resolves outside the model's directory")

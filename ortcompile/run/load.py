@@ -4,7 +4,8 @@ The obvious `InferenceSession(path, providers=["QNNExecutionProvider"])` fails: 
 (`register_execution_provider_library`) and added for its devices with its options (QNN needs `backend_path`).
 The manifest beside the model says which EP, options and target it was compiled with; without one, the
 EPContext nodes' `source` attribute names the EP. A recorded option that would load a library is ignored
-(docs/security.md): whoever can edit an output's files must not choose code for the caller's process.
+(docs/security.md): whoever can edit an output's files must not choose code for the caller's process. The
+model is checked by the path-safety rule compiles use (compile/source.py) before ONNX Runtime opens it.
 Nothing here imports onnxruntime until it is called.
 """
 
@@ -32,17 +33,19 @@ def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_opti
     ones); `ep_library` registers an unpackaged plugin library under `ep`. `session_options` (an
     `onnxruntime.SessionOptions`) is used as given, with the EP added to it. ONNX Runtime's silent fallback to
     the CPU EP is refused: an EP that cannot take the model raises instead of running it somewhere else
-    (`CompilationFailed`, or `EpUnavailable` when the EP is missing; `InvalidModel` for a missing or
-    unreadable model). Provider options that load a library are taken from `ep_options` only, never from the
-    manifest.
+    (`CompilationFailed`, or `EpUnavailable` when the EP is missing; `InvalidModel` for a missing, unreadable or
+    unsafe model: one whose data or EP context paths lead outside its directory). Provider options that load a
+    library are taken from `ep_options` only, never from the manifest.
     """
     from ortcompile import eps
+    from ortcompile.compile.source import read_source
     from ortcompile.run.sessions import open_session
     from ortcompile.run.sessions import session_options as default_options
 
     model = Path(path)
     if not model.is_file():
         raise InvalidModel(f"{model}: no such file")
+    read_source(model)  # refuses what compile, verify and inspect refuse: paths outside the model's directory
     request = model_ep(model, ep, ep_options, target, ep_library)
     resolved = eps.resolve(request.name, request.options, target=request.target, library=request.library)
     options = default_options(resolved) if session_options is None else _with_ep(session_options, resolved)
