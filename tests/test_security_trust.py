@@ -13,14 +13,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnxruntime_qnn
 import pytest
-from helpers import FIXTURES, assert_one_line_error, cli_env, run_cli
+from helpers import FIXTURES, assert_one_line_error, cli_env, popen_process, run_cli
 
 import ortcompile
 from ortcompile import CompileOptions, compile_model
@@ -281,3 +283,47 @@ def test_load_session_refuses_a_blob_symlinked_outside_the_models_directory(qnn_
     placed = run_cli("inspect", model, "--placement")
     assert placed.returncode == 3
     assert_one_line_error(placed.stderr, "resolves outside the model's directory")
+
+
+# ---------------------------------------------------------------- defect 12: the option check's child dies with its parent
+
+
+def _children(pid: int, marker: str) -> list[int]:
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{entry}/stat").read_text()
+            command = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if int(status.rsplit(")", 1)[1].split()[1]) == pid and marker in command:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+    except OSError:
+        return False
+
+
+def test_the_option_check_child_dies_with_a_sigkilled_parent(tmp_path: Path) -> None:
+    # a process: the subject is what happens when it is SIGKILLed
+    parent = popen_process("compile", FIXTURES / "mlp.onnx", "-o", tmp_path / "out", "--no-config", "--ep", "qnn",
+                           "--ep-option", "htp_graph_finalization_optimization_mode=2")
+    try:
+        deadline, children = time.monotonic() + 120, []
+        while not children and time.monotonic() < deadline and parent.poll() is None:
+            children = _children(parent.pid, "ortcompile.eps.validate")
+            time.sleep(0.02)
+        assert children, "the option check's child never started"
+        time.sleep(0.3)  # the child is probing the EP
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.communicate()
+    killed = time.monotonic()
+    while any(map(_running, children)) and time.monotonic() - killed < 10:
+        time.sleep(0.01)
+    assert not any(map(_running, children)), "the child outlived its parent by 10 s"
+    assert time.monotonic() - killed < 1.0

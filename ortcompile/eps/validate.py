@@ -10,6 +10,8 @@ several options were given, each is probed alone to find the one the EP refused.
 
 A probe that fails because a library is missing (OpenVINO's NPU compiler, for a virtual NPU target)
 becomes ComponentMissing (exit 1) before anything is written.
+
+The child dies with its parent (compile/worker.die_with_parent).
 """
 
 from __future__ import annotations
@@ -198,6 +200,7 @@ def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     import subprocess
 
     code = "from ortcompile.eps.validate import _child_main; _child_main()"
+    spec = {**spec, "parent": os.getpid()}
     try:
         child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -217,10 +220,12 @@ def _child_main() -> None:
     import warnings
 
     from ortcompile import native
+    from ortcompile.compile.worker import die_with_parent
     from ortcompile.eps.registry import resolve
     from ortcompile.errors import OrtCompileError
 
     spec = json.loads(sys.argv[1])
+    die_with_parent(spec["parent"])
     if spec["verbose"]:
         native.set_ort_log_level(True)
     try:
