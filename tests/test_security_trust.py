@@ -10,6 +10,7 @@ and only the outcome is checked).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,12 +23,12 @@ from pathlib import Path
 
 import onnxruntime_qnn
 import pytest
-from helpers import FIXTURES, assert_one_line_error, cli_env, popen_process, run_cli
+from helpers import FIXTURES, assert_one_line_error, cli_env, popen_process, run_cli, run_process
 
 import ortcompile
-from ortcompile import CompileOptions, compile_model
+from ortcompile import CompileOptions, compile_model, eps
 from ortcompile.config import find_config, resolve_config
-from ortcompile.errors import InvalidModel, OrtCompileWarning
+from ortcompile.errors import EpUnavailable, InvalidModel, OrtCompileWarning
 
 QNN = "QNNExecutionProvider"
 NOBODY = 65534
@@ -283,6 +284,45 @@ def test_load_session_refuses_a_blob_symlinked_outside_the_models_directory(qnn_
     placed = run_cli("inspect", model, "--placement")
     assert placed.returncode == 3
     assert_one_line_error(placed.stderr, "resolves outside the model's directory")
+
+
+# ---------------------------------------------------------------- defect 9: a damaged library is an error, not a crash
+
+
+@pytest.fixture
+def truncated_library(tmp_path: Path) -> Path:
+    """The first 64 KiB of QNN's real plugin library: an ELF whose segments point past the end of the file."""
+    library = tmp_path / "libtruncated.so"
+    with open(onnxruntime_qnn.get_library_path(), "rb") as real:
+        library.write_bytes(real.read(64 * 1024))
+    return library
+
+
+def test_a_truncated_ep_library_is_a_one_line_error(truncated_library: Path, tmp_path: Path) -> None:
+    # a process: before the fix, loading it killed ortcompile with SIGBUS
+    proc = run_process("compile", FIXTURES / "mlp.onnx", "-o", tmp_path / "out", "--no-config", "--ep", QNN, "--ep-library", truncated_library)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line_error(proc.stderr, f"--ep-library {truncated_library}: loading it crashed", "not a working EP plugin library")
+    assert not (tmp_path / "out").exists()
+
+
+def test_load_session_with_a_truncated_library_raises_in_the_caller(qnn_mlp: Path, truncated_library: Path) -> None:
+    # a process: the caller whose life is at stake
+    code = ("import ortcompile\nfrom ortcompile.errors import OrtCompileError\n"
+            "try:\n"
+            f"    ortcompile.load_session({str(qnn_mlp)!r}, ep={QNN!r}, ep_library={str(truncated_library)!r})\n"
+            "except OrtCompileError as exc:\n"
+            "    print(type(exc).__name__, exc.exit_code, exc.message)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"EpUnavailable 2 --ep-library {truncated_library}: loading it crashed"), proc.stdout
+
+
+def test_a_library_given_for_a_packaged_ep_does_not_replace_the_package_afterwards(planted: Planted) -> None:
+    """A long-lived process (a service, this test run): one --ep-library for QNN must not become every later `qnn`."""
+    with contextlib.suppress(EpUnavailable):
+        eps.resolve(QNN, library=str(planted.path))
+    assert eps.lookup("qnn").library is None and eps.lookup(QNN).library is None
 
 
 # ---------------------------------------------------------------- defect 12: the option check's child dies with its parent
