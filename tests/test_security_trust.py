@@ -367,3 +367,20 @@ def test_the_option_check_child_dies_with_a_sigkilled_parent(tmp_path: Path) -> 
         time.sleep(0.01)
     assert not any(map(_running, children)), "the child outlived its parent by 10 s"
     assert time.monotonic() - killed < 1.0
+
+
+# ---------------------------------------------------------------- defect 17: --share-weights with a batch pin
+
+
+def test_share_weights_with_a_pin_only_some_models_have(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fix the docs suggest for a dynamic member: --fix-dim applies to the models that have the dim, as in any batch."""
+    for name in ("mlp.onnx", "dynamic.onnx"):
+        shutil.copyfile(FIXTURES / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    proc = run_cli("compile", "--share-weights", "mlp.onnx", "dynamic.onnx", "--fix-dim", "batch=1", "--no-config", "-o", "out")
+    assert proc.returncode == 0, proc.stderr
+    pins = {stem: json.loads((tmp_path / "out" / f"{stem}_ctx.manifest.json").read_text())["options"]["fix_dims"] for stem in ("mlp", "dynamic")}
+    assert pins == {"mlp": {}, "dynamic": {"batch": 1}}
+    files = {stem: {f["name"] for f in json.loads((tmp_path / "out" / f"{stem}_ctx.manifest.json").read_text())["files"] if f["shared"]}
+             for stem in ("mlp", "dynamic")}
+    assert files["mlp"] == files["dynamic"] and "mlp_ctx_qnn.bin" in files["mlp"]  # one EP context, as for any shared batch
