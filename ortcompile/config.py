@@ -19,13 +19,15 @@ import fnmatch
 import os
 import posixpath
 import sys
+import warnings
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ortcompile.configkeys import KEYS, bad_value, toml_key
-from ortcompile.errors import UsageError
+from ortcompile.configkeys import KEYS, bad_value, library_keys, toml_key
+from ortcompile.errors import OrtCompileWarning, UsageError
+from ortcompile.trust import why_untrusted
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -35,7 +37,7 @@ else:  # pragma: no cover - Python 3.10 only
 CONFIG_FILE = "ortcompile.toml"
 PYPROJECT = "pyproject.toml"
 ENV_VAR = "ORTCOMPILE_CONFIG"
-VCS_MARKERS = (".git", ".hg")  # the search stops at a repository's root, as black's does
+PROJECT_MARKERS = (".git", ".hg", PYPROJECT)  # the search stops at a project's root, as black's does
 TABLES = ("ep_options", "fix_dims", "fix_shapes", "freeze")
 EP_BOUND = ("target", "ep_options", "ep_library")  # meaningful only for the EP they were chosen with
 
@@ -100,8 +102,9 @@ def _relative(path: Path) -> str:
     return str(absolute)
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    """Parse and check a config file. A `pyproject.toml` holds it as `[tool.ortcompile]`; any other file at top level."""
+def load_config(path: str | os.PathLike[str], *, named: bool = True) -> Config:
+    """Parse and check a config file. A `pyproject.toml` holds it as `[tool.ortcompile]`; any other file at top level.
+    `named=False` (a file the search found): keys that load a library are refused (docs/security.md)."""
     path = Path(path)
     shown = _relative(path)
     data = _read_toml(path, shown)
@@ -109,21 +112,30 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         table = data.get("tool", {}).get("ortcompile") if isinstance(data.get("tool"), dict) else None
         if table is None:
             raise UsageError(f"{shown}: no [tool.ortcompile] table")
-        return _parse(path, shown, table, "tool.ortcompile.")
-    return _parse(path, shown, data, "")
+        return _parse(path, shown, table, "tool.ortcompile.", named)
+    return _parse(path, shown, data, "", named)
 
 
 def _read_toml(path: Path, shown: str) -> dict[str, Any]:
     try:
         with path.open("rb") as file:
-            return tomllib.load(file)
+            raw = file.read()
     except OSError as exc:
         raise UsageError(f"{shown}: cannot read the config file: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise UsageError(f"{shown}: not valid TOML: not UTF-8 text (line {line})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{shown}: not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise UsageError(f"{shown}: not valid TOML for ortcompile: arrays or tables nested too deeply") from None
 
 
-def _parse(path: Path, shown: str, table: Any, prefix: str) -> Config:
+def _parse(path: Path, shown: str, table: Any, prefix: str, named: bool) -> Config:
     if not isinstance(table, dict):
         raise bad_value(f"{shown}: {prefix.rstrip('.')}", "expected a table")
     base = path.absolute().parent
@@ -132,7 +144,19 @@ def _parse(path: Path, shown: str, table: Any, prefix: str) -> Config:
         raise bad_value(f"{shown}: {prefix}models", 'expected tables such as [models."name"]')
     sections = tuple(_section(shown, prefix, pattern, values, base) for pattern, values in models.items())
     defaults = _level_values({k: v for k, v in table.items() if k != "models"}, f"{shown}: {prefix}", base, allow_models=True)
+    if not named:
+        _refuse_libraries(shown, [(f"{shown}: {prefix}", defaults), *((f"{s.label}.", s.values) for s in sections)])
     return Config(path, defaults, sections)
+
+
+def _refuse_libraries(shown: str, levels: list[tuple[str, dict[str, Any]]]) -> None:
+    """A file the search found may not make ortcompile load code: whoever could put a file in a directory above
+    the user's (a cloned repository, a shared checkout) would run theirs. Naming the file says it is trusted."""
+    for where, values in levels:
+        key = next(iter(library_keys(values)), None)
+        if key is not None:
+            raise UsageError(f"{where}{key}: names a library to load, which ortcompile takes only from a config file you name: "
+                             f"--config {shown} (or ORTCOMPILE_CONFIG={shown}) if you trust it")
 
 
 def _section(shown: str, prefix: str, pattern: str, values: Any, base: Path) -> Section:
@@ -163,18 +187,42 @@ def _level_values(table: dict[str, Any], where: str, base: Path, *, allow_models
 
 def find_config(start: str | os.PathLike[str] | None = None) -> Path | None:
     """The first `ortcompile.toml`, or `pyproject.toml` with `[tool.ortcompile]`, from `start` (the current
-    directory) upwards; the search stops after a repository's root (.git, .hg) or the home directory."""
+    directory) upwards. The search ends at the project's root (a directory with .git, .hg or pyproject.toml), at the
+    home directory, and before another filesystem. A file someone else could have written is ignored with a warning
+    (trust.py), and the search ends there."""
     here = Path(start if start is not None else Path.cwd()).absolute()
-    home = _home()
+    home, device = _home(), _device(here)
     for directory in (here, *here.parents):
-        if (directory / CONFIG_FILE).is_file():
-            return directory / CONFIG_FILE
-        pyproject = directory / PYPROJECT
-        if pyproject.is_file() and _has_table(pyproject):
-            return pyproject
-        if directory == home or any((directory / marker).exists() for marker in VCS_MARKERS):
-            return None
+        if _device(directory) != device:
+            return None  # a mount point's parent: another filesystem is not this project's
+        found, stop = _config_in(directory)
+        if stop or directory == home or any((directory / marker).exists() for marker in PROJECT_MARKERS):
+            return found
     return None
+
+
+def _config_in(directory: Path) -> tuple[Path | None, bool]:
+    """(the config file in `directory` if it is to be read, whether the search ends here)."""
+    for candidate in (directory / CONFIG_FILE, directory / PYPROJECT):
+        if not candidate.is_file():
+            continue
+        problem = why_untrusted(candidate)
+        if problem is None:
+            if candidate.name == CONFIG_FILE or _has_table(candidate):
+                return candidate, True
+        elif candidate.name == CONFIG_FILE or _has_table(candidate, lenient=True):
+            shown = _relative(candidate)
+            warnings.warn(f"ignoring the config file {shown}: {problem}; name it with --config {shown} to use it",
+                          OrtCompileWarning, stacklevel=3)
+            return None, True
+    return None, False
+
+
+def _device(directory: Path) -> int | None:
+    try:
+        return directory.stat().st_dev
+    except OSError:
+        return None
 
 
 def _home() -> Path | None:
@@ -184,8 +232,14 @@ def _home() -> Path | None:
         return None
 
 
-def _has_table(pyproject: Path) -> bool:
-    tool = _read_toml(pyproject, _relative(pyproject)).get("tool")
+def _has_table(pyproject: Path, lenient: bool = False) -> bool:
+    """Whether it has [tool.ortcompile]; `lenient`: a file that cannot be read has none (someone else's file)."""
+    try:
+        tool = _read_toml(pyproject, _relative(pyproject)).get("tool")
+    except UsageError:
+        if lenient:
+            return False
+        raise
     return isinstance(tool, dict) and "ortcompile" in tool
 
 
@@ -203,7 +257,7 @@ def resolve_config(path: str | os.PathLike[str] | None = None, *, enabled: bool 
             raise UsageError(f"{chosen}: no such config file" + ("" if path is not None else f" (from ${ENV_VAR})"))
         return load_config(chosen)
     found = find_config(start)
-    return load_config(found) if found is not None else Config()
+    return load_config(found, named=False) if found is not None else Config()
 
 
 # ---------------------------------------------------------------- one model's settings

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from ortcompile.errors import UsageError
+from ortcompile.eps.catalog import loads_library
+from ortcompile.errors import UsageError, shorten
 from ortcompile.onnxfacts import INT64_MAX
 from ortcompile.sizes import parse_size
 
@@ -22,7 +23,7 @@ Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, 
 
 
 def bad_value(where: str, problem: str) -> UsageError:
-    return UsageError(f"{where}: {problem}")
+    return UsageError(f"{where}: {shorten(problem, 200)}")  # a value quoted in the problem may be huge
 
 
 def _text(value: Any, where: str, base: Path) -> str:
@@ -135,6 +136,14 @@ KEYS: dict[str, tuple[str, Check]] = {
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
 }
+
+
+def library_keys(values: dict[str, Any]) -> list[str]:
+    """The keys of checked settings (parameter names, as KEYS gives them) that make ortcompile load a shared library,
+    as the file spells them: `ep-library`, and `ep-option.KEY` for a provider option that names one."""
+    keys = ["ep-library"] if values.get("ep_library") else []
+    options = values.get("ep_options", {})
+    return keys + [f"ep-option.{toml_key(key)}" for key, value in options.items() if loads_library(key, value)]
 
 
 def toml_key(key: str) -> str:

@@ -160,11 +160,11 @@ def test_share_weights_needs_one_set_of_settings(sandbox: Path) -> None:
 
 
 def test_found_upwards_pyproject_table_and_which_file_wins(sandbox: Path) -> None:
-    """From a subdirectory: the first ortcompile.toml or pyproject.toml with [tool.ortcompile] above; a pyproject
-    without the table is passed over; ortcompile.toml wins in the same directory. Shown by the file an error names."""
+    """From a subdirectory: the first ortcompile.toml or pyproject.toml with [tool.ortcompile] above; ortcompile.toml
+    wins in the same directory; a pyproject.toml without the table ends the search (it marks the project's root).
+    Shown by the file an error names."""
     deep = sandbox / "a" / "b"
     deep.mkdir(parents=True)
-    write(sandbox / "a" / "b" / "pyproject.toml", '[project]\nname = "x"\n')  # no [tool.ortcompile]: passed over
     write(sandbox / "a" / "pyproject.toml", '[tool.ortcompile]\nalign = 3\n')
     os.chdir(deep)
     failed = cli("compile", "../../mlp.onnx", "-o", "out")
@@ -173,6 +173,8 @@ def test_found_upwards_pyproject_table_and_which_file_wins(sandbox: Path) -> Non
     failed = cli("compile", "../../mlp.onnx", "-o", "out")
     assert_one_line_error(failed.stderr, "../ortcompile.toml: embed: expected one of 'auto', 'always', 'never', not 'sometimes'")
     assert find_config(deep) == sandbox / "a" / "ortcompile.toml"
+    write(deep / "pyproject.toml", '[project]\nname = "x"\n')  # no [tool.ortcompile]: a project of its own
+    assert find_config(deep) is None
 
 
 def test_the_search_stops_at_the_repository_root(sandbox: Path) -> None:

@@ -14,7 +14,7 @@ from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
 
 if TYPE_CHECKING:
-    from ortcompile.options import CompileOptions, CompileResult
+    from ortcompile.options import CompileResult
 
 
 @click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).")
@@ -54,7 +54,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared([Path(m) for m in models], directory, _one_for_all(options), out.reporter())
+        results = compile_shared([Path(m) for m in models], directory, lambda model: options[str(model)], out.reporter())
     else:
         from ortcompile.compile.job import compile_models
 
@@ -76,16 +76,6 @@ def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
     for document in documents:
         for line in compile_placement(document):
             reporter.detail(line)
-
-
-def _one_for_all(options: dict[str, CompileOptions]) -> CompileOptions:
-    """--share-weights compiles the batch as one unit: the config must not give its models different settings."""
-    first = next(iter(options.values()))
-    differing = [model for model, o in options.items() if o != first]
-    if differing:
-        raise UsageError(f"--share-weights compiles the batch with one set of options, but the config file gives {differing[0]} "
-                         f"other settings than {next(iter(options))}")
-    return first
 
 
 def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:

@@ -169,8 +169,12 @@ def _model_for_ort(source: Path, options: Any, in_process: bool) -> Iterator[str
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir(source)))
         yield source.read_bytes()
         return
+    before = os.getcwd()
     os.chdir(model_dir(source))  # the worker's own process: nothing else runs in it
-    yield source.name
+    try:
+        yield source.name
+    finally:
+        os.chdir(before)  # a --share-weights batch compiles its next model, named relative to it, in the same child
 
 
 def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,6 +37,7 @@ from ortcompile.progress import Reporter, SilentReporter
 
 SHARE_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARING = "ep.stop_share_ep_contexts"
+PINS = ("fix_dims", "fix_shapes")  # options the models of a batch may differ in: a batch's --fix-dim fits each model
 
 
 class SharedDataPass(DataPass):
@@ -65,23 +66,36 @@ class SharedDataPass(DataPass):
         return DataPass.finish(self)
 
 
-def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str], options: CompileOptions,
-                   reporter: Reporter | None = None) -> list[CompileResult]:
-    """Compile `sources` as one weight-sharing batch into `output_dir`, atomically."""
+def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+                   options: CompileOptions | Callable[[Path], CompileOptions], reporter: Reporter | None = None) -> list[CompileResult]:
+    """Compile `sources` as one weight-sharing batch into `output_dir`, atomically. `options`: the same for every
+    model, or a function from a source to its options, which may differ only in their pins (PINS)."""
     reporter = reporter or SilentReporter()
     output_dir = Path(output_dir)
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
-    options = dataclasses.replace(options, embed="never", share_weights=True)  # a shared blob belongs to several models
+    chosen = _batch_options([Path(s) for s in sources], options)
     jobs: list[CompileJob] = []
     try:
-        for source in sources:
-            jobs.append(CompileJob.plan(Path(source), output_dir, options, reporter))
+        for source, model_options in zip(sources, chosen):
+            jobs.append(CompileJob.plan(Path(source), output_dir, model_options, reporter))
         return _compile_planned(jobs, output_dir)
     except BaseException:
         if jobs:
             remove_created_dirs(jobs[0].created_dirs)  # the first plan created the output directory, if anyone did
         raise
+
+
+def _batch_options(sources: list[Path], options: CompileOptions | Callable[[Path], CompileOptions]) -> list[CompileOptions]:
+    """Each model's options, for a shared blob (never embedded: it belongs to several models); one set but the pins."""
+    chosen = [options(source) if callable(options) else options for source in sources]
+    first = chosen[0]
+    for source, other in zip(sources[1:], chosen[1:]):
+        differing = [f.name for f in dataclasses.fields(CompileOptions) if f.name not in PINS and getattr(other, f.name) != getattr(first, f.name)]
+        if differing:
+            raise UsageError(f"--share-weights compiles the batch with one set of options, but {source} gets other settings than "
+                             f"{sources[0]} ({', '.join(differing)}); only the pins (fix-dim, fix-shape) may differ")
+    return [dataclasses.replace(o, embed="never", share_weights=True) for o in chosen]
 
 
 def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileResult]:

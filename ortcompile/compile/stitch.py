@@ -89,7 +89,8 @@ class PartsPlan:
     def compile_options(self, **overrides: Any) -> CompileOptions:
         """The options the parts were planned with (what shapes the output), plus the caller's for finishing."""
         recorded = self.options
-        return CompileOptions(ep=recorded["ep"], ep_options=dict(recorded["ep_options"]), layout=LayoutPolicy(**recorded["layout"]),
+        return CompileOptions(ep=recorded["ep"], ep_options=eps.recorded_options(recorded["ep_options"], str(self.path)),  # no library
+                              layout=LayoutPolicy(**recorded["layout"]),
                               embed=recorded["embed"], require_compiled=recorded["require_compiled"], target=recorded.get("target"),
                               fix_dims=dict(recorded["fix_dims"]), freeze=dict(recorded.get("freeze", {})), **overrides)
 

@@ -259,7 +259,10 @@ def main() -> None:
 
 def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     """The child's loop: one call at a time until asked to exit or the pipe closes."""
-    _die_with_parent(parent_pid)
+    die_with_parent(parent_pid)
+    from ortcompile.eps.registry import mark_crash_contained
+
+    mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     native_filter = _native_output_to_stderr(verbose)
     from ortcompile.native import reset_peak_rss, set_ort_log_level
@@ -293,8 +296,9 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """A SIGKILLed parent must not leave an EP compiling into a staging directory nobody owns."""
+def die_with_parent(parent_pid: int) -> None:
+    """A SIGKILLed parent must not leave an EP compiling into a staging directory nobody owns. Every child
+    ortcompile starts calls this first (the option and library probes of eps/validate.py too)."""
     try:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except (OSError, AttributeError):

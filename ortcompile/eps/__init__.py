@@ -24,7 +24,10 @@ from ortcompile.eps.catalog import (
     QNN_OPTION_KEYS,
     EpInfo,
     check_option_keys,
+    library_options,
+    loads_library,
     parse_ep_options,
+    recorded_options,
     short_name_for,
 )
 from ortcompile.eps.discovery import all_eps, installed_plugins, lookup
@@ -56,6 +59,7 @@ __all__ = [
     "AUTO_ORDER", "CPU_EP", "KNOWN_EPS", "PRECISION_TOLERANCE", "QNN_OPTION_KEYS", "QNN_TARGETS", "TRT_RTX_TARGETS",
     "CompatibilityReport", "EpCompatibility", "EpInfo", "EpListing", "ResolvedEp", "Target", "TargetListing",
     "all_eps", "check_compatibility", "check_option_keys", "decode_info", "default_target", "installed_plugins",
+    "library_options", "loads_library", "recorded_options",
     "list_eps", "list_targets", "lookup", "parse_ep_options", "read_compatibility_info", "register", "resolve",
     "short_name_for", "static_targets", "validate_options",
 ]

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ortcompile.errors import UsageError
+from ortcompile.errors import InvalidModel, OrtCompileWarning, UsageError, shorten
 
 CPU_EP = "CPUExecutionProvider"
 EP_SUFFIX = "ExecutionProvider"
@@ -158,6 +159,40 @@ MISSING_COMPONENTS: dict[str, str] = {
     "libQnnGpu.so": "an Adreno GPU and its driver",
     "libcdsprpc.so": "a Qualcomm device's FastRPC library (only on Snapdragon hardware)",
 }
+
+
+# Provider options that make an EP load a shared library (dlopen: its code runs in the process). QNN: its backend,
+# the QnnSaver and QNN IR backends, and custom op packages ("OpType:path/lib.so:Interface,..."). ortcompile takes
+# these only from the caller, never from a file it finds or reads (docs/security.md).
+LIBRARY_OPTION_KEYS = frozenset({"backend_path", "qnn_saver_path", "qnn_ir_backend_path", "op_packages"})
+_LIBRARY_FILE = re.compile(r"\.(?:so(?:\.\d+)*|dll|dylib)$", re.IGNORECASE)
+
+
+def loads_library(key: str, value: str) -> bool:
+    """Whether a provider option names a shared library the EP would load: a key known to (LIBRARY_OPTION_KEYS),
+    or, for EPs we have no data on, a value with a part that names a library file (`/x/libfoo.so`, `a.dll`)."""
+    return key in LIBRARY_OPTION_KEYS or any(_LIBRARY_FILE.search(part.strip()) for part in re.split(r"[,;:|]", value))
+
+
+def library_options(options: dict[str, str]) -> dict[str, str]:
+    """The options of `options` that load a library (see loads_library)."""
+    return {key: value for key, value in options.items() if loads_library(key, str(value))}
+
+
+def recorded_options(recorded: Any, where: str, given: dict[str, str] | None = None) -> dict[str, str]:
+    """Provider options read from an output's files (a manifest, a parts plan), minus those that load a library:
+    they are left out with a warning unless the caller gives that option itself (`given`), so whoever can edit
+    an output cannot choose code for the process that reads it. InvalidModel when they are not a table."""
+    recorded = recorded or {}
+    if not isinstance(recorded, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float)) for k, v in recorded.items()):
+        raise InvalidModel(f"{where}: its recorded ep_options are not a table of provider options")
+    options = {key: str(value) for key, value in recorded.items()}
+    ignored = {key: value for key, value in library_options(options).items() if key not in (given or {})}
+    if ignored:
+        named = shorten(", ".join(f"{key}={value!r}" for key, value in ignored.items()), 200)
+        warnings.warn(f"{where}: ignoring the recorded ep_options {named}: ortcompile loads no library that an output's files "
+                      "name (the EP's own is used; pass the option yourself to use another)", OrtCompileWarning, stacklevel=3)
+    return {key: value for key, value in options.items() if key not in ignored}
 
 
 def check_option_keys(info: EpInfo, options: dict[str, str]) -> list[str]:

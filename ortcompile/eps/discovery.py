@@ -100,12 +100,14 @@ def all_eps() -> list[EpInfo]:
             fallback = package.module.removeprefix(PLUGIN_PREFIX).removeprefix("ep_")
             result.setdefault(f"?{package.module}", EpInfo(fallback, "", True, package.module, _distribution_of_module(package.module),
                                                          known=False, note="EP name known only after import"))
-    result.update({info.ep_name: info for info in _EXTRA.values()})
+    for info in _EXTRA.values():  # never in place of a packaged EP: `--ep qnn` keeps meaning the package
+        result.setdefault(info.ep_name, info)
     return list(result.values())
 
 
 def add_library_ep(info: EpInfo) -> None:
-    """Remember an EP registered from a library path, so lookups by its names find it."""
+    """Remember an EP registered from a library path (registry.register, once it loaded), so lookups by its names
+    find it."""
     _EXTRA[info.ep_name] = info
 
 
@@ -117,9 +119,7 @@ def library_info(name: str, path: str) -> EpInfo:
     if not key or key.lower() == "auto":
         raise UsageError("--ep-library needs --ep with the EP name the library registers, e.g. --ep WebGpuExecutionProvider")
     known = next((i for i in KNOWN_EPS.values() if key.lower() in i.names()), None)
-    info = known.with_library(os.path.abspath(path)) if known else EpInfo.unknown(key, library=os.path.abspath(path))
-    add_library_ep(info)
-    return info
+    return known.with_library(os.path.abspath(path)) if known else EpInfo.unknown(key, library=os.path.abspath(path))
 
 
 def lookup(name: str) -> EpInfo:

@@ -4,6 +4,10 @@ A name (``qnn``, ``nvtrtrtx``, ``OpenVINOExecutionProvider``) maps to an EpInfo 
 its package gives the shared library, registered once per process under the EP's name (and under
 ``<EP name>.virtual`` when a virtual device is the target); ONNX Runtime then lists the devices the EP
 claims. `resolve` returns a ResolvedEp ready to configure session options.
+
+A library given by path (--ep-library) is first loaded in a child process (validate.probe_library): a file that
+is not a working plugin (a truncated ELF kills the loading process with SIGBUS) becomes a one-line error here
+instead of killing ortcompile, or an application calling load_session. Packaged plugins are loaded directly.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, check_option_keys
-from ortcompile.eps.discovery import all_eps, is_installed, library_info, lookup
+from ortcompile.eps.discovery import add_library_ep, all_eps, is_installed, library_info, lookup
 from ortcompile.eps.targets import Target, apply_target, default_target, describe_device, device_matches, device_targets, find_target, static_targets
 from ortcompile.errors import ComponentMissing, EpUnavailable, OrtCompileWarning, UsageError, first_line
 from ortcompile.native import apply_ort_log_level, native_stdout_to_stderr
@@ -28,6 +32,14 @@ if TYPE_CHECKING:
 VIRTUAL_SUFFIX = ".virtual"
 EXTRAS = ("qnn", "openvino", "webgpu", "nvtensorrtrtx")  # pyproject optional-dependencies named after the EP
 _REGISTERED: set[str] = set()  # registration names this process registered
+_PROBED: set[str] = set()  # library paths a child process loaded without crashing
+crash_contained = False  # this process is a child whose crash its parent reports: libraries load without a probe
+
+
+def mark_crash_contained() -> None:
+    """Say that this process is a disposable child (compile/worker.py, the probes of validate.py)."""
+    global crash_contained
+    crash_contained = True
 
 
 @dataclass
@@ -91,6 +103,11 @@ def register(info: EpInfo, virtual: bool = False) -> Any:
         mismatch = diagnose.cuda_mismatch(info, info.distribution, diagnose.cuda_driver_version()) if info.cuda_major else None
         if mismatch:
             raise ComponentMissing(mismatch)
+    if info.library is not None and not crash_contained and info.library not in _PROBED:
+        from ortcompile.eps.validate import probe_library
+
+        probe_library(info)  # raises when loading it fails or kills the child
+        _PROBED.add(info.library)
     try:
         path = info.library or module.get_library_path()
         with native_stdout_to_stderr(quiet_stderr=True):
@@ -105,6 +122,8 @@ def register(info: EpInfo, virtual: bool = False) -> Any:
             raise ComponentMissing(hint, detail=text) from exc
         raise EpUnavailable(f"{info.short_name}: could not load {info.library or info.distribution}: {first_line(exc)}", detail=text) from exc
     _REGISTERED.add(name)
+    if info.library is not None:
+        add_library_ep(info)
     return module
 
 

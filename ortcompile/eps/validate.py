@@ -10,6 +10,9 @@ several options were given, each is probed alone to find the one the EP refused.
 
 A probe that fails because a library is missing (OpenVINO's NPU compiler, for a virtual NPU target)
 becomes ComponentMissing (exit 1) before anything is written.
+
+The same child loads a plugin library given by path before any ortcompile process does (`probe_library`).
+Both die with their parent (compile/worker.die_with_parent).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import TYPE_CHECKING
 
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
-from ortcompile.errors import CompilationFailed, ComponentMissing, UsageError, first_line
+from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
 
 if TYPE_CHECKING:
+    from ortcompile.eps.catalog import EpInfo
     from ortcompile.eps.registry import ResolvedEp
 
 _HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
@@ -191,6 +195,21 @@ def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_targe
     return answer["warnings"]
 
 
+def probe_library(info: EpInfo) -> None:
+    """Register `info.library` (a plugin library given by path) in a child process first: EpUnavailable (exit 2)
+    naming the library when loading it kills the child (a truncated or damaged file) or fails."""
+    from ortcompile import errors, native
+
+    spec = {"probe": "library", "ep": info.ep_name, "library": info.library, "verbose": native._show_native_output}
+    answer, crash, log = _run_child(spec)
+    if crash is not None:
+        raise EpUnavailable(f"--ep-library {info.library}: loading it crashed the process that tried ({crash}): "
+                            "not a working EP plugin library (truncated or damaged?)", detail=log)
+    if "error" in answer:
+        cls = getattr(errors, answer["error"]["class"], EpUnavailable)
+        raise cls(answer["error"]["message"], detail=answer["error"]["detail"])
+
+
 def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     """(answer, how it crashed or None, its stderr)."""
     import json
@@ -198,6 +217,7 @@ def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     import subprocess
 
     code = "from ortcompile.eps.validate import _child_main; _child_main()"
+    spec = {**spec, "parent": os.getpid()}
     try:
         child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
@@ -212,23 +232,33 @@ def _run_child(spec: dict) -> tuple[dict, str | None, str]:
 
 
 def _child_main() -> None:
-    """Child side of _check_in_child: resolve as the parent did, probe, answer with one JSON line on stdout."""
+    """Child side of _check_in_child and probe_library: resolve as the parent did and probe, or register the
+    library; answer with one JSON line on stdout."""
     import json
     import warnings
 
     from ortcompile import native
-    from ortcompile.eps.registry import resolve
+    from ortcompile.compile.worker import die_with_parent
+    from ortcompile.eps.discovery import library_info
+    from ortcompile.eps.registry import devices_of, mark_crash_contained, register, resolve
     from ortcompile.errors import OrtCompileError
 
     spec = json.loads(sys.argv[1])
+    die_with_parent(spec["parent"])
+    mark_crash_contained()
     if spec["verbose"]:
         native.set_ort_log_level(True)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            resolved = resolve(spec["ep"], spec["options"], target=spec["target"], library=spec["library"])
-        user = {k: v for k, v in spec["options"].items() if k in resolved.options}
-        answer: dict = {"warnings": _check(resolved, user, spec["target"] is not None)}
+        if spec.get("probe") == "library":
+            info = library_info(spec["ep"], spec["library"])
+            register(info)
+            answer: dict = {"devices": len(devices_of(info))}  # listing them runs the library's factories too
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                resolved = resolve(spec["ep"], spec["options"], target=spec["target"], library=spec["library"])
+            user = {k: v for k, v in spec["options"].items() if k in resolved.options}
+            answer = {"warnings": _check(resolved, user, spec["target"] is not None)}
     except OrtCompileError as exc:
         answer = {"error": {"class": type(exc).__name__, "message": exc.message, "detail": exc.detail}}
     sys.stdout.write(_MARK + json.dumps(answer) + "\n")

@@ -104,7 +104,10 @@ class PlacementReport:
 def inspect_placement(model_path: str | os.PathLike[str], ep: str | None = None, ep_options: dict[str, str] | None = None,
                       target: str | None = None, ep_library: str | None = None) -> PlacementReport:
     """Open `model_path` on its EP (the manifest's, else the EPContext nodes' source; `ep` overrides) in a worker
-    child and report which EP runs which node. Raises InvalidModel, UsageError/EpUnavailable, CompilationFailed."""
+    child and report which EP runs which node. Raises InvalidModel (also for a model whose data or EP context paths
+    lead outside its directory, as compile refuses it), UsageError/EpUnavailable, CompilationFailed. A recorded
+    option that loads a library is left out (run/load.recorded_ep_options)."""
+    from ortcompile.compile.source import read_source
     from ortcompile.compile.worker import fresh_worker
     from ortcompile.errors import InvalidModel
     from ortcompile.native import native_output_shown
@@ -113,6 +116,7 @@ def inspect_placement(model_path: str | os.PathLike[str], ep: str | None = None,
     path = Path(model_path)
     if not path.is_file():
         raise InvalidModel(f"{path}: no such file")
+    read_source(path)
     request = model_ep(path, ep, ep_options, target, ep_library)
     with fresh_worker(f"the {request.name} EP", None, native_output_shown()) as worker:
         return worker.call(placement_in_child, path.absolute(), request, doing=f"loading {path.name} to see its placement")

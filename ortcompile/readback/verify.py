@@ -28,6 +28,7 @@ from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 from ortcompile.readback.parity import ParityReport, ParityRequest, run_parity
+from ortcompile.run.load import recorded_ep_options
 
 VERIFY_FORMAT = "ortcompile-verify/2"
 
@@ -117,7 +118,7 @@ def verify_model(
     source = read_source(reference)
     integrity = check_manifest(compiled, hash_files=True)
     structure = inspect_model(compiled)
-    request = _ep_request(ep, integrity)
+    request = _ep_request(ep, integrity, compiled)
     resolved = request.resolve()
     criterion = criterion or criterion_for(precision or _precision(resolved, source), "verify", **criterion_overrides)
     report = VerifyReport(compiled, reference, resolved.name, criterion, integrity)
@@ -148,15 +149,16 @@ def _precision(resolved: eps.ResolvedEp, source: SourceModel) -> str:
     return ep_precision(resolved, source)
 
 
-def _ep_request(ep: str | None, integrity: ManifestStatus) -> EpRequest:
-    """By default, verify on the EP, options and target the model was compiled for."""
+def _ep_request(ep: str | None, integrity: ManifestStatus, compiled: Path) -> EpRequest:
+    """By default, verify on the EP, options and target the model was compiled for (a recorded option that loads a
+    library left out: run/load.recorded_ep_options)."""
     if ep:
         return EpRequest(ep)
     manifest = integrity.manifest
     if manifest is None:
         return EpRequest("auto")
     target = (manifest.target or {}).get("name")
-    return EpRequest(manifest.ep or "auto", dict(manifest.options.get("ep_options") or {}), target)
+    return EpRequest(manifest.ep or "auto", recorded_ep_options(manifest, compiled), target)
 
 
 def _require_loadable_shared_context(compiled: Path, resolved: eps.ResolvedEp, dims: dict[str, int]) -> None:

@@ -3,7 +3,10 @@
 The obvious `InferenceSession(path, providers=["QNNExecutionProvider"])` fails: a plugin EP must be registered
 (`register_execution_provider_library`) and added for its devices with its options (QNN needs `backend_path`).
 The manifest beside the model says which EP, options and target it was compiled with; without one, the
-EPContext nodes' `source` attribute names the EP. Nothing here imports onnxruntime until it is called.
+EPContext nodes' `source` attribute names the EP. A recorded option that would load a library is ignored
+(docs/security.md): whoever can edit an output's files must not choose code for the caller's process. The
+model is checked by the path-safety rule compiles use (compile/source.py) before ONNX Runtime opens it.
+Nothing here imports onnxruntime until it is called.
 """
 
 from __future__ import annotations
@@ -13,10 +16,13 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortcompile.compile.epstep import EpRequest
 from ortcompile.errors import InvalidModel, UsageError
+
+if TYPE_CHECKING:
+    from ortcompile.output.manifest import Manifest
 
 
 def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_options: dict[str, str] | None = None,
@@ -27,15 +33,19 @@ def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_opti
     ones); `ep_library` registers an unpackaged plugin library under `ep`. `session_options` (an
     `onnxruntime.SessionOptions`) is used as given, with the EP added to it. ONNX Runtime's silent fallback to
     the CPU EP is refused: an EP that cannot take the model raises instead of running it somewhere else
-    (`CompilationFailed`, or `EpUnavailable` when the EP is missing; `InvalidModel` for a missing or unreadable model).
+    (`CompilationFailed`, or `EpUnavailable` when the EP is missing; `InvalidModel` for a missing, unreadable or
+    unsafe model: one whose data or EP context paths lead outside its directory). Provider options that load a
+    library are taken from `ep_options` only, never from the manifest.
     """
     from ortcompile import eps
+    from ortcompile.compile.source import read_source
     from ortcompile.run.sessions import open_session
     from ortcompile.run.sessions import session_options as default_options
 
     model = Path(path)
     if not model.is_file():
         raise InvalidModel(f"{model}: no such file")
+    read_source(model)  # refuses what compile, verify and inspect refuse: paths outside the model's directory
     request = model_ep(model, ep, ep_options, target, ep_library)
     resolved = eps.resolve(request.name, request.options, target=request.target, library=request.library)
     options = default_options(resolved) if session_options is None else _with_ep(session_options, resolved)
@@ -75,9 +85,17 @@ def model_ep(model: Path, ep: str | None = None, ep_options: dict[str, str] | No
     name = ep or (manifest.ep if recorded and manifest is not None else ep_from_graph(model))
     options, chosen = {}, target
     if recorded and manifest is not None:
-        options = dict(manifest.options.get("ep_options") or {})
+        options = recorded_ep_options(manifest, model, given=ep_options or {})
         chosen = target or (manifest.target or {}).get("name")
     return EpRequest(name, {**options, **(ep_options or {})}, chosen, ep_library)
+
+
+def recorded_ep_options(manifest: Manifest, model: Path, given: dict[str, str] | None = None) -> dict[str, str]:
+    """The provider options the manifest recorded, except those that load a library (QNN's backend_path, any
+    value naming a .so/.dll): left out with a warning, unless the caller gives that option itself."""
+    from ortcompile.eps import recorded_options
+
+    return recorded_options(manifest.options.get("ep_options"), f"{model}: its manifest", given)
 
 
 def _same_ep(given: str, recorded: str) -> bool:
