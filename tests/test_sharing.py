@@ -510,6 +510,46 @@ def test_failing_batch_into_a_new_directory_leaves_no_files(tmp_path: Path) -> N
     assert not out.exists()  # a failed run removes the -o directory it created
 
 
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Any:
+    """A 1 MiB tmpfs mounted for the test (root here; skipped where mounting is not allowed)."""
+    mountpoint = tmp_path / "tmpfs"
+    mountpoint.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+@pytest.mark.parametrize("full_at", ["data", "graph"])
+def test_batch_on_a_full_disk_exits_4(small_tmpfs: Path, tmp_path: Path, full_at: str) -> None:
+    """The disk fills while the batch writes its shared data file, or its first graph: exit 4 with the no-space
+    line (it was an internal OSError, exit 1), nothing left on the filesystem, and the batch fits once space is back."""
+    rng = np.random.default_rng(3)
+    models = [tmp_path / "prefill.onnx", tmp_path / "decode.onnx"]
+    for model in models:  # 300 KiB each, different: the shared file holds both
+        weights_model(model, {"w": rng.standard_normal((256, 300)).astype(np.float32)})
+    roomy = tmp_path / "roomy"
+    assert run_cli("compile", *models, "-o", roomy, "--ep", "cpu", "--share-weights", "-q").returncode == 0
+    data_pages = -(-(roomy / published(roomy, "prefill_shared.data")).stat().st_size // 4096)
+    free = {"data": data_pages // 2, "graph": data_pages}[full_at] * 4096
+    filler = small_tmpfs / ".filler"
+    filler.write_bytes(b"\xa5" * (shutil.disk_usage(small_tmpfs).free - free))
+    assert shutil.disk_usage(small_tmpfs).free == free
+    before = snapshot(small_tmpfs)
+    out = small_tmpfs / "out"
+    proc = run_cli("compile", *models, "-o", out, "--ep", "cpu", "--share-weights")
+    assert proc.returncode == 4, proc.stderr
+    assert_one_line_error(proc.stderr, "no space left on the device", "choose another -o")
+    assert snapshot(small_tmpfs) == before  # no stage, and the -o directory it created is gone again
+    filler.unlink()
+    assert run_cli("compile", *models, "-o", out, "--ep", "cpu", "--share-weights", "-q").returncode == 0
+    check_shared_output_dir(out, ["prefill", "decode"])
+
+
 def test_dynamic_member_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "new"
     proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "qnn", "--share-weights")

@@ -29,7 +29,7 @@ from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob, Workers
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
-from ortcompile.errors import UsageError
+from ortcompile.errors import UsageError, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.native import native_output_shown
 from ortcompile.options import CompileOptions, CompileResult
@@ -93,7 +93,10 @@ def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileRe
     workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].worker_label)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, workers:
         digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
-        builds = _build_batch(jobs, staging.path, workers)
+        try:
+            builds = _build_batch(jobs, staging.path, workers)
+        except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...
+            raise output_error(exc, f"outputs in {output_dir}") from exc
         unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].ep.name) if jobs[0].compiles else None
         return finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked)
 
