@@ -1,19 +1,31 @@
 """The file names one compile publishes. Imports nothing from the package: every layer may use it.
 
 `-o build/` names the model after the source (`model.onnx` -> `build/model_ctx.onnx`); `-o build/x.onnx`
-names it directly. Everything else follows from the model's file name: its data files, its manifest,
-and the EP's blobs (EPs name them after the model path they are given).
+names it directly. Everything else follows from the model's file name: its manifest, its data files and the
+EP's blobs (EPs name them after the model path they are given).
+
+Files a graph references are published under content-addressed names (`content_addressed`): the first 12 hex
+digits of their own sha256 in the name, so a new output never replaces bytes an older graph still points at
+(see output/publish.py). They are written under provisional names (`data_file_name`, the EP's own) and
+renamed in the stage once hashed.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 MODEL_SUFFIX = ".onnx"
 COMPILED_SUFFIX = "_ctx"
 MANIFEST_SUFFIX = ".manifest.json"
+DIGEST_CHARS = 12  # 48 bits of sha256: readable, and no accidental collision between two generations of an output
+
+_HEX = f"[0-9a-f]{{{DIGEST_CHARS}}}"
+# A data file, provisional (`m_ctx.onnx.data.1`, `m_shared.data`) or already addressed (`m_ctx.<digest>.data.1`).
+_DATA_NAME = re.compile(rf"(?P<stem>.+?)(?:\.onnx|\.{_HEX})?\.data(?P<shard>\.[0-9]+)?")
+_ADDRESSED_STEM = re.compile(rf"(?P<stem>.+)\.{_HEX}")
 
 
 def strip_onnx(name: str) -> str:
@@ -50,8 +62,35 @@ class OutputNames:
 
 
 def data_file_name(model_file_name: str, file_index: int) -> str:
-    """External data files: `<model>.data`, then `<model>.data.1`, `.data.2`, ... with --shard-size."""
+    """External data files as written: `<model>.data`, then `<model>.data.1`, `.data.2`, ... with --shard-size.
+    Published outputs rename them (`content_addressed`); split's parts and in-memory buffers keep these names."""
     return f"{model_file_name}.data" if file_index == 0 else f"{model_file_name}.data.{file_index}"
+
+
+def content_addressed(name: str, sha256: str) -> str:
+    """The published name of a file a graph references: the first DIGEST_CHARS hex digits of its sha256 before its
+    extension. `m_ctx.onnx.data` -> `m_ctx.<digest>.data`, shard `m_ctx.onnx.data.1` -> `m_ctx.<digest>.data.1`,
+    `m_shared.data` -> `m_shared.<digest>.data`, EP blob `m_ctx_qnn.bin` -> `m_ctx_qnn.<digest>.bin`.
+
+    A name that already carries a digest (a compiled part's blob, linked by stitch) gets this one in its place,
+    so the same bytes keep the same name: `content_addressed(content_addressed(n, h), h) == content_addressed(n, h)`.
+    """
+    digest = sha256[:DIGEST_CHARS]
+    if data := _DATA_NAME.fullmatch(name):
+        return f"{data['stem']}.{digest}.data{data['shard'] or ''}"
+    if bare := _ADDRESSED_STEM.fullmatch(name):  # `blob.<digest>`: no extension
+        return f"{bare['stem']}.{digest}"
+    stem, dot, extension = name.rpartition(".")
+    if not (dot and stem):
+        return f"{name}.{digest}"
+    if addressed := _ADDRESSED_STEM.fullmatch(stem):
+        stem = addressed["stem"]
+    return f"{stem}.{digest}.{extension}"
+
+
+def carries_digest(name: str, sha256: str) -> bool:
+    """Is `name` the content-addressed name of a file with this sha256 (one ortcompile published)?"""
+    return bool(re.fullmatch(r"[0-9a-f]{64}", sha256)) and content_addressed(name, sha256) == name
 
 
 def split_output(output: str | os.PathLike[str]) -> tuple[Path, str | None]:

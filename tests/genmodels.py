@@ -15,7 +15,7 @@ from typing import Any
 import helpers
 import numpy as np
 import onnx
-from helpers import cli_env, popen_process, run_cli, run_process  # noqa: F401  (the suite's one CLI runner module)
+from helpers import cli_env, popen_process, published, run_cli, run_process, without_digest  # noqa: F401  (the suite's one CLI runner module; published names)
 from onnx import TensorProto, helper, numpy_helper
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterable
@@ -152,13 +153,55 @@ def sha256(path: Path) -> str:
 
 
 def assert_no_junk(directory: Path) -> None:
-    """No staging directory and no stray EP blob (`*_qnn.bin` not listed by a manifest) left behind."""
+    """No staging directory and no stray EP blob (`*_qnn*.bin` not listed by a manifest) left behind."""
     names = os.listdir(directory)
     assert not [n for n in names if n.startswith(STAGE_PREFIX)], names
     listed: set[str] = set()
     for manifest in directory.glob("*.manifest.json"):
         listed |= {f["name"] for f in json.loads(manifest.read_text())["files"]}
-    assert not [n for n in names if n.endswith("_qnn.bin") and n not in listed], names
+    assert not [n for n in names if "_qnn" in n and n.endswith(".bin") and n not in listed], names
+
+
+# ---------------------------------------------------------------- published (content-addressed) names
+#
+# Every file a compiled graph references is published with the first 12 hex digits of its own sha256 in its name
+# (docs/output-layout.md): `split_ctx.onnx.data` as written -> `split_ctx.<digest>.data`, shard `.onnx.data.1` ->
+# `.<digest>.data.1`, `m_shared.data` -> `m_shared.<digest>.data`, `split_ctx_qnn.bin` -> `split_ctx_qnn.<digest>.bin`.
+
+DIGEST = re.compile(r"[0-9a-f]{12}")
+
+
+def addressed_pattern(written: str) -> re.Pattern[str]:
+    """The names a file written as `written` may be published under; group 1 is the digest."""
+    if data := re.fullmatch(r"(.+?)(?:\.onnx)?\.data(\.[0-9]+)?", written):
+        return re.compile(re.escape(data[1]) + r"\.([0-9a-f]{12})\.data" + re.escape(data[2] or ""))
+    stem, _, extension = written.rpartition(".")
+    return re.compile(re.escape(stem) + r"\.([0-9a-f]{12})\." + re.escape(extension))
+
+
+def addressed(written: str, sha: str) -> str:
+    """The published name of a file written as `written` whose sha256 is `sha`."""
+    if data := re.fullmatch(r"(.+?)(?:\.onnx)?\.data(\.[0-9]+)?", written):
+        return f"{data[1]}.{sha[:12]}.data{data[2] or ''}"
+    stem, _, extension = written.rpartition(".")
+    return f"{stem}.{sha[:12]}.{extension}"
+
+
+def published(out: Path, written: str, own_digest: bool = True) -> str:
+    """The one file in `out` published for `written`, checked to carry its own digest (`own_digest=False`: a file
+    the test has changed since)."""
+    pattern = addressed_pattern(written)
+    found = [n for n in os.listdir(out) if pattern.fullmatch(n)]
+    assert len(found) == 1, (written, sorted(os.listdir(out)))
+    if own_digest:
+        assert pattern.fullmatch(found[0])[1] == sha256(out / found[0])[:12], found[0]  # type: ignore[index]
+    return found[0]
+
+
+def without_digest(published_name: str) -> str:
+    """`split_ctx.<digest>.data` -> `split_ctx.data`, `split_ctx_qnn.<digest>.bin` -> `split_ctx_qnn.bin`: a name
+    that stays the same when the bytes change."""
+    return re.sub(r"\.[0-9a-f]{12}(?=\.|$)", "", published_name)
 
 
 def check_output_dir(out: Path, stem: str, unrelated: Iterable[str] = ()) -> dict[str, Any]:

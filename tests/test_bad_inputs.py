@@ -56,7 +56,7 @@ from genmodels import (  # noqa: E402
     snapshot,
     stage_dirs,
 )
-from helpers import cpu_only_model  # noqa: E402
+from helpers import cpu_only_model, published, without_digest  # noqa: E402
 
 BUGS = "/tmp/ortcompile-bugs"
 
@@ -349,10 +349,16 @@ def _old_model_immutable(ws: Ws) -> list[object]:
 def _dest_name_is_dir(name: str) -> Callable[[Ws], list[object]]:
     def build(ws: Ws) -> list[object]:
         shutil.rmtree(ws.out)
-        (ws.out / name).mkdir(parents=True)
+        (ws.out / (_published_data(ws) if name == "data" else name)).mkdir(parents=True)
         return ws.args()
 
     return build
+
+
+def _published_data(ws: Ws) -> str:
+    """The content-addressed name the case's compile publishes m.onnx's data under (`m_ctx.<digest>.data`)."""
+    assert ws.compiled is not None
+    return published(ws.compiled("cpu"), "m_ctx.onnx.data")
 
 
 def _overwrite_via_symlink(ws: Ws) -> list[object]:
@@ -431,11 +437,11 @@ def _same_stem_twice(ws: Ws) -> list[object]:
 
 
 def _stray_output_name(ws: Ws) -> list[object]:
-    """A file of ours by name (m_ctx.onnx.data) but not of any output (no manifest, no model): without --force
+    """A file of ours by name (m_ctx.<digest>.data) but not of any output (no manifest, no model): without --force
     it must not be overwritten."""
     shutil.rmtree(ws.out)
     ws.out.mkdir()
-    (ws.out / "m_ctx.onnx.data").write_text("the user's own file\n")
+    (ws.out / _published_data(ws)).write_text("the user's own file\n")
     return ws.args(force=False)
 
 
@@ -563,13 +569,13 @@ CASES: list[Case] = [
     Case("previous-model-cannot-be-replaced", _old_model_immutable, 4, ("choose a writable -o",), needs="chattr"),
     Case("output-model-name-is-a-directory", _dest_name_is_dir("m_ctx.onnx"), 4, ("Is a directory",)),
     Case("output-manifest-name-is-a-directory", _dest_name_is_dir("m_ctx.manifest.json"), 4, ("Is a directory",)),
-    Case("output-data-name-is-a-directory", _dest_name_is_dir("m_ctx.onnx.data"), 4, ("Is a directory",)),
+    Case("output-data-name-is-a-directory", _dest_name_is_dir("data"), 4, ("Is a directory",)),
     Case("output-would-overwrite-input-symlink", _overwrite_via_symlink, 4, ("would overwrite the input", "r.onnx", "choose another -o")),
     Case("output-would-overwrite-input-manifest-name", _input_data_named_like("m_ctx.manifest.json"), 4, ("would overwrite the input",)),
     Case("output-would-overwrite-input-data", _input_data_named_like("m_ctx.onnx.data"), 4, ("would overwrite the input", "m_ctx.onnx.data")),
     Case("output-would-overwrite-input-qnn-blob", _input_data_named_like("m_ctx_qnn.bin", "m", "qnn", "--embed", "never"), 4,
          ("would overwrite the input", "m_ctx_qnn.bin")),
-    Case("stray-file-with-an-output-name", _stray_output_name, 4, ("m_ctx.onnx.data", "--force")),
+    Case("stray-file-with-an-output-name", _stray_output_name, 4, ("m_ctx.", ".data already exists", "--force")),
     Case("same-output-twice-in-one-command", _same_stem_twice, 2, ("m_ctx.onnx",)),
     Case("failed-compile-leaves-no-new-output-dir", _new_out_dir_compile_fails, 1, ("took none of this model's nodes",)),
     # ---- no space
@@ -596,7 +602,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert result.returncode == 0, result.stderr
     (root / "split.onnx").unlink()
     (ws.out / ".hidden-user-file").write_text("kept\n")
-    assert (ws.out / "split_ctx_qnn.bin").is_file()
+    published(ws.out, "split_ctx_qnn.bin")
     return root
 
 
@@ -678,16 +684,16 @@ def _pages(size: int) -> int:
 
 @pytest.fixture(scope="module")
 def output_sizes(compiled_m: Callable[[str], Path]) -> dict[str, int]:
-    """File sizes of a good compile of m.onnx with default options (the case's compile)."""
-    return {p.name: p.stat().st_size for p in compiled_m("cpu").iterdir() if p.is_file()}
+    """File sizes of a good compile of m.onnx with default options (the case's compile), by name without digest."""
+    return {without_digest(p.name): p.stat().st_size for p in compiled_m("cpu").iterdir() if p.is_file()}
 
 
 FULL_AT = {  # which write meets the full disk: number of free 4 KiB pages, from the output's file sizes
     "data-first-byte": lambda s: 0,
-    "data-middle": lambda s: _pages(s["m_ctx.onnx.data"]) // 2,
-    "graph": lambda s: _pages(s["m_ctx.onnx.data"]),
-    "manifest": lambda s: _pages(s["m_ctx.onnx.data"]) + _pages(s["m_ctx.onnx"]),
-    "journal": lambda s: _pages(s["m_ctx.onnx.data"]) + _pages(s["m_ctx.onnx"]) + _pages(s["m_ctx.manifest.json"]),
+    "data-middle": lambda s: _pages(s["m_ctx.data"]) // 2,
+    "graph": lambda s: _pages(s["m_ctx.data"]),
+    "manifest": lambda s: _pages(s["m_ctx.data"]) + _pages(s["m_ctx.onnx"]),
+    "journal": lambda s: _pages(s["m_ctx.data"]) + _pages(s["m_ctx.onnx"]) + _pages(s["m_ctx.manifest.json"]),
 }
 
 

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import FIXTURES, QNN_ATOL, REPO, attribute, epcontext_nodes, max_abs_diff_vs_cpu, seeded_inputs, snapshot
+from helpers import FIXTURES, QNN_ATOL, REPO, attribute, epcontext_nodes, max_abs_diff_vs_cpu, published, seeded_inputs, snapshot
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import CompileOptions, LayoutPolicy, compile_model, compile_to_buffers, open_session
@@ -220,14 +220,18 @@ def test_plan_upper_bound_costs_no_memory_when_the_ep_takes_weights() -> None:
 
 
 def test_buffers_equal_the_files_compile_model_writes(layout_src, tmp_path: Path) -> None:
-    """Same layout policy as files: byte-identical data, identical external-data entries."""
+    """Same layout policy as files: byte-identical data, identical external-data entries (the published file is
+    named by its content, `layout_ctx.<digest>.data`; a buffer keeps the name it was written under)."""
     path, _ = layout_src
     policy = LayoutPolicy(1024, 65536, 4096)
     art = compile_to_buffers(path, ep="cpu", align=65536, align_threshold=4096)
     result = compile_model(path, tmp_path / "out", CompileOptions(ep="cpu", layout=policy))
     on_disk = onnx.load(str(result.model_path), load_external_data=False)
-    assert external_entries(graph_of(art)) == external_entries(on_disk)
-    assert bytes(art.buffers["layout_ctx.onnx.data"]) == (tmp_path / "out" / "layout_ctx.onnx.data").read_bytes()
+    data = published(tmp_path / "out", "layout_ctx.onnx.data")
+    renamed = [(name, data if location == "layout_ctx.onnx.data" else location, *rest)
+               for name, location, *rest in external_entries(graph_of(art))]
+    assert renamed == external_entries(on_disk)
+    assert bytes(art.buffers["layout_ctx.onnx.data"]) == (tmp_path / "out" / data).read_bytes()
 
 
 def test_compile_to_buffers_writes_no_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

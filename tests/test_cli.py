@@ -20,6 +20,7 @@ from helpers import (
     check_output_dir,
     cpu_only_model,
     cpu_session,
+    published,
     run_cli,
     run_process,
     seeded_inputs,
@@ -207,14 +208,14 @@ def test_force_replaces_the_previous_output(tmp_path: Path) -> None:
     (out).mkdir()
     (out / "unrelated.txt").write_text("not ours")
     assert run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "never", "-q").returncode == 0
-    assert (out / "split_ctx_qnn.bin").is_file()
+    blob = published(out, "split_ctx_qnn.bin")
     proc = run_cli("compile", SPLIT, "-o", out, "--ep", "qnn", "--embed", "always", "--force", "-q")
     assert proc.returncode == 0, proc.stderr
     names = set(os.listdir(out)) - {"unrelated.txt"}
     manifest = json.loads((out / "split_ctx.manifest.json").read_text())
     assert manifest["options"]["embed"] == "always"
     assert names - {".split_ctx.stamp.json"} == {f["name"] for f in manifest["files"]} | {"split_ctx.manifest.json"}
-    assert not (out / "split_ctx_qnn.bin").exists()
+    assert not (out / blob).exists()
     assert (out / "unrelated.txt").read_text() == "not ours"  # --force touches only this model's outputs
     assert_no_junk(out)
 

@@ -28,11 +28,13 @@ from helpers import (
     external_tensors,
     inline_tensors,
     max_abs_diff_vs_cpu,
+    published,
     qnn_session,
     run_cli,
     run_process,
     seeded_inputs,
     seeded_tensor,
+    sha256,
     weights_model,
 )
 
@@ -158,16 +160,23 @@ def test_split_structure(tmp_path: Path) -> None:
     model = assert_paths_inside(out / "split_ctx.onnx")
     assert [n.op_type for n in model.graph.node] == ["EPContext", "Mod", "EPContext", "Sinh", "EPContext"]
     assert attribute(model.graph.node[1], "fmod") == 1
-    # One context binary for the three partitions: only the first node (main_context=1) names it.
+    # One context binary for the three partitions: only the first node (main_context=1) names it, by its content:
+    # the QNN blob as the EP named it, with the first 12 hex digits of its sha256 before the extension.
     mains = [n for n in epcontext_nodes(model) if attribute(n, "main_context") == 1]
-    assert len(mains) == 1 and attribute(mains[0], "ep_cache_context") == b"split_ctx_qnn.bin"
-    assert external_tensors(out / "split_ctx.onnx") == [External("W_mod", "split_ctx.onnx.data", 0, 1024, 4)]
-    assert inline_tensors(out / "split_ctx.onnx") == {}  # W1..W3 live in the QNN context binary
+    blob = next(out.glob("split_ctx_qnn.*.bin"))
+    assert blob.name == f"split_ctx_qnn.{sha256(blob)[:12]}.bin"
+    assert len(mains) == 1 and attribute(mains[0], "ep_cache_context") == blob.name.encode()
+    import hashlib
+
     import onnx
     from onnx import numpy_helper
 
     source = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(FIXTURES / "split.onnx")).graph.initializer}
-    assert (out / "split_ctx.onnx.data").read_bytes() == source["W_mod"].tobytes()
+    data = f"split_ctx.{hashlib.sha256(source['W_mod'].tobytes()).hexdigest()[:12]}.data"  # the data file is W_mod alone
+    assert external_tensors(out / "split_ctx.onnx") == [External("W_mod", data, 0, 1024, 4)]
+    assert inline_tensors(out / "split_ctx.onnx") == {}  # W1..W3 live in the QNN context binary
+    assert (out / data).read_bytes() == source["W_mod"].tobytes()
+    assert sorted(os.listdir(out)) == sorted([blob.name, data, "split_ctx.manifest.json", "split_ctx.onnx"])
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +190,7 @@ def split_never(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_embed_never_leaves_context_binary(split_never: Path) -> None:
     manifest = check_output_dir(split_never, "split")
     blobs = [f for f in manifest["files"] if f["role"] == "ep_context"]
-    assert [b["name"] for b in blobs] == ["split_ctx_qnn.bin"]
+    assert [b["name"] for b in blobs] == [published(split_never, "split_ctx_qnn.bin")]
     assert blobs[0]["size"] > 100_000  # three compiled MatMuls of 256x256 fp32 weights
     model = assert_paths_inside(split_never / "split_ctx.onnx")
     assert all(attribute(n, "embed_mode") == 0 for n in epcontext_nodes(model))
@@ -202,7 +211,7 @@ def test_embed_puts_context_in_model(embed: str, split_never: Path, tmp_path: Pa
     mains = [n for n in epcontext_nodes(model) if attribute(n, "main_context") == 1]
     assert len(mains) == 1
     assert attribute(mains[0], "embed_mode") == 1
-    assert attribute(mains[0], "ep_cache_context") == (split_never / "split_ctx_qnn.bin").read_bytes()
+    assert attribute(mains[0], "ep_cache_context") == (split_never / published(split_never, "split_ctx_qnn.bin")).read_bytes()
     max_abs_diff_vs_cpu(qnn_session(out / "split_ctx.onnx"), FIXTURES / "split.onnx", seeds=range(3))
 
 
@@ -320,7 +329,7 @@ def test_external_offsets_are_aligned(align: int, threshold: int, layout_model: 
     proc = run_cli("compile", source, "-o", out, "--ep", "cpu", "-q", "--align", str(align), "--align-threshold", str(threshold))
     assert proc.returncode == 0, proc.stderr
     manifest = check_output_dir(out, "w")
-    assert [f["name"] for f in manifest["files"] if f["role"] == "data"] == ["w_ctx.onnx.data"]
+    assert [f["name"] for f in manifest["files"] if f["role"] == "data"] == [published(out, "w_ctx.onnx.data")]
     assert_paths_inside(out / "w_ctx.onnx")
     externals = assert_data_matches(out / "w_ctx.onnx", source_arrays(source))
     assert {e.name for e in externals} == {"Wq", *arrays} - {"h_f32_tiny"}
@@ -368,7 +377,7 @@ def test_shards_split_data_without_straddling(shard: int, layout_model: tuple[Pa
     manifest = check_output_dir(out, "w")
     data_files = [f["name"] for f in manifest["files"] if f["role"] == "data"]
     assert len(data_files) >= 3
-    assert data_files == ["w_ctx.onnx.data", *(f"w_ctx.onnx.data.{i}" for i in range(1, len(data_files)))]
+    assert data_files == [published(out, "w_ctx.onnx.data"), *(published(out, f"w_ctx.onnx.data.{i}") for i in range(1, len(data_files)))]
     assert_paths_inside(out / "w_ctx.onnx")
     externals = assert_data_matches(out / "w_ctx.onnx", source_arrays(source))  # also: none straddles its file's end
     assert {e.location for e in externals} == set(data_files)

@@ -102,7 +102,7 @@ def eight(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, lis
         result = run_cli(*commands[name], "-o", alone, env=_env(root))
         assert result.returncode == 0, result.stderr
         reference[name] = _files(alone, name)
-    assert any(n.endswith("_qnn.bin") for n in reference["q6"]), "QNN wrote no separate blob with --embed never"
+    assert any("_qnn." in n and n.endswith(".bin") for n in reference["q6"]), "QNN wrote no separate blob with --embed never"
     return root, commands, reference
 
 

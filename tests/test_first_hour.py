@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 try:
-    from helpers import run_cli
+    from helpers import published, run_cli
 except ImportError:  # pragma: no cover
-    from tests.helpers import run_cli
+    from tests.helpers import published, run_cli
 
 from ortcompile.native import clean_native_line
 
@@ -34,7 +34,8 @@ def test_output_file_names_the_model_and_its_files_go_beside_it(split: Path, tmp
     proc = run_cli("compile", split, "-o", target, "--ep", "qnn", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["outputs"][0]["model"] == str(target)
-    assert sorted(p.name for p in target.parent.iterdir()) == ["split_qnn.manifest.json", "split_qnn.onnx", "split_qnn.onnx.data"]
+    data = published(target.parent, "split_qnn.onnx.data")  # split_qnn.<digest>.data: named after the model, by content
+    assert sorted(p.name for p in target.parent.iterdir()) == sorted([data, "split_qnn.manifest.json", "split_qnn.onnx"])
     assert json.loads((target.parent / "split_qnn.manifest.json").read_text())["model"] == "split_qnn.onnx"
     again = run_cli("compile", split, "-o", target, "--ep", "qnn", "--if-changed")
     assert again.returncode == 0 and again.stdout.strip() == f"{target}: up to date"

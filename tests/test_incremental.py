@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from helpers import FIXTURES, cpu_only_model, run_cli
+from helpers import FIXTURES, cpu_only_model, published, run_cli
 from onnx import TensorProto, helper
 
 from ortcompile.output.incremental import RACY_WINDOW_NS
@@ -189,7 +189,7 @@ def _rewrite(source: Path) -> None:
         ("--align", ("--align", "64"), "options differ"),
         ("--ep", ("--ep", "cpu"), "the execution provider differs"),
         ("--embed", ("--embed", "never"), "options differ"),
-        ("output deleted", (), "output split_ctx.onnx.data is missing or changed size"),
+        ("output deleted", (), "output {data} is missing or changed size"),
         ("output truncated", (), "output split_ctx.onnx is missing or changed size"),
         ("manifest deleted", (), "no readable manifest"),
     ],
@@ -198,10 +198,12 @@ def test_rebuilds_without_force_when(change: str, extra: tuple[str, ...], reason
     source, out = fixture_copy("split.onnx"), tmp_path / "out"
     assert cli(cache, "compile", source, "-o", out, "--if-changed", "-q").returncode == 0
     model_inode = (out / "split_ctx.onnx").stat().st_ino
+    data = published(out, "split_ctx.onnx.data")
+    reason = reason.format(data=data)
     if change == "input bytes":
         _rewrite(source)
     elif change == "output deleted":
-        (out / "split_ctx.onnx.data").unlink()
+        (out / data).unlink()
     elif change == "output truncated":
         with open(out / "split_ctx.onnx", "r+b") as stream:
             stream.truncate(100)
@@ -222,7 +224,7 @@ def test_rebuilds_without_force_when(change: str, extra: tuple[str, ...], reason
     if change == "--ep":
         assert manifest["options"]["ep"] == "cpu" and manifest["nodes"]["epcontext"] == 0
     if change == "--embed":
-        assert "split_ctx_qnn.bin" in {f["name"] for f in manifest["files"]}
+        assert published(out, "split_ctx_qnn.bin") in {f["name"] for f in manifest["files"]}
     # and with the same arguments it is current again
     assert cli(cache, "compile", source, "-o", out, "--if-changed", "--json", *extra).only()["up_to_date"] is True
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import CliResult, run_cli
+from helpers import CliResult, published, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -113,7 +113,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {
         # QNN takes the whole MLP; the blob is small, so --embed auto embeds it.
         "mlp": compile_to(FIXTURES / "mlp.onnx", base / "mlp"),
-        # QNN declines Mod and Sinh: 3 EPContext nodes sharing one _qnn.bin, and W_mod (1 KiB) as external data.
+        # QNN declines Mod and Sinh: 3 EPContext nodes sharing one _qnn.<digest>.bin, and W_mod (1 KiB) as external data.
         "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never"),
         "dynamic": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic", "--fix-dim", "batch=1"),
         # No EP compilation: every weight goes to external data, the two 256 KiB ones at 4 KiB-aligned offsets.
@@ -180,14 +180,14 @@ def test_split_output_three_partitions_one_blob_file(built: dict[str, Path]) -> 
     assert all(n["partition_name"] for n in nodes) and len({n["partition_name"] for n in nodes}) == 3
     main = [n for n in nodes if n["main_context"] == 1]
     assert len(main) == 1, "QNN writes one context binary for all partitions; the others point at it"
-    blob_file = model.parent / "split_ctx_qnn.bin"
+    blob_file = model.parent / published(model.parent, "split_ctx_qnn.bin")
     assert main[0]["blob"] == {"location": blob_file.name, "size": blob_file.stat().st_size, "missing": False, "unsafe_path": False,
                                "shared": False}
     assert all(n["blob"] is None for n in nodes if n["main_context"] == 0)
 
     assert report["nodes"] == {"epcontext": 3, "epcontext_by_source": {"QNNExecutionProvider": 3},
                                "compiled_ops": {"MatMul": 3, "Relu": 1}, "remaining_ops": {"Mod": 1, "Sinh": 1}}
-    data = model.parent / "split_ctx.onnx.data"
+    data = model.parent / published(model.parent, "split_ctx.onnx.data")
     assert report["initializers"] == {
         "inline": 0,
         "inline_bytes": 0,
@@ -200,7 +200,7 @@ def test_split_output_three_partitions_one_blob_file(built: dict[str, Path]) -> 
     assert manifest["path"] == "split_ctx.manifest.json"
     assert (manifest["found"], manifest["hashed"], manifest["ok"], manifest["problems"]) == (True, False, True, [])
     assert {(f["name"], f["role"]) for f in manifest["files"]} == {
-        ("split_ctx.onnx", "model"), ("split_ctx.onnx.data", "data"), ("split_ctx_qnn.bin", "ep_context")}
+        ("split_ctx.onnx", "model"), (data.name, "data"), (blob_file.name, "ep_context")}
     for entry in manifest["files"]:
         size = (model.parent / entry["name"]).stat().st_size
         assert (entry["size"], entry["actual_size"], entry["sha256_ok"], entry["status"]) == (size, size, None, "ok")
@@ -244,7 +244,7 @@ def test_cpu_output_external_weights_aligned(built: dict[str, Path]) -> None:
     [data] = report["initializers"]["files"]
     assert report["initializers"]["external"] == 3 and report["initializers"]["inline"] == 0
     assert data["tensors"] == 3 and data["referenced_bytes"] == 2 * 256 * 256 * 4 + 256 * 4
-    assert data["size"] == (model.parent / "mlp_ctx.onnx.data").stat().st_size >= data["referenced_bytes"]
+    assert data["size"] == (model.parent / published(model.parent, "mlp_ctx.onnx.data")).stat().st_size >= data["referenced_bytes"]
     # The policy the output was compiled with comes from the manifest, not the defaults.
     assert report["alignment"] == {"align": 4096, "threshold": 4096, "large_tensors": 2, "aligned": 2, "unaligned": []}
 
@@ -252,7 +252,7 @@ def test_cpu_output_external_weights_aligned(built: dict[str, Path]) -> None:
 def test_sharded_output_lists_every_data_file(tmp_path: Path) -> None:
     model = compile_to(FIXTURES / "mlp.onnx", tmp_path, "--ep", "cpu", "--inline-threshold", "1K", "--align-threshold", "4K", "--shard-size", "300K")
     files = inspect_json(model)["initializers"]["files"]
-    assert [f["name"] for f in files] == ["mlp_ctx.onnx.data", "mlp_ctx.onnx.data.1"]
+    assert [f["name"] for f in files] == sorted([published(tmp_path, "mlp_ctx.onnx.data"), published(tmp_path, "mlp_ctx.onnx.data.1")])
     assert sum(f["tensors"] for f in files) == 3
     assert sum(f["referenced_bytes"] for f in files) == 2 * 256 * 256 * 4 + 256 * 4
     assert all(f["size"] == (tmp_path / f["name"]).stat().st_size <= 300 * 1024 for f in files)
@@ -288,13 +288,14 @@ def test_share_weights_batch_marks_the_shared_ep_context(tmp_path: Path) -> None
 
 def test_unaligned_large_tensor_is_named(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["cpu"], tmp_path)
+    data = published(model.parent, "mlp_ctx.onnx.data")
     offset = _move_tensor(model, "W2", (1 << 20) + 64)
     alignment = inspect_json(model)["alignment"]
     assert alignment["large_tensors"] == 2 and alignment["aligned"] == 1
-    assert alignment["unaligned"] == [{"name": "W2", "file": "mlp_ctx.onnx.data", "offset": offset, "length": 256 * 256 * 4}]
+    assert alignment["unaligned"] == [{"name": "W2", "file": data, "offset": offset, "length": 256 * 256 * 4}]
     text = run_cli("inspect", model).stdout.splitlines()
     assert "alignment  1/2 tensors >= 4.0 KiB at 4096-byte offsets" in text
-    assert f"  unaligned W2 in mlp_ctx.onnx.data at {offset}" in text
+    assert f"  unaligned W2 in {data} at {offset}" in text
 
 
 def _move_tensor(model: Path, name: str, new_offset: int) -> int:
@@ -323,10 +324,11 @@ def test_text_report_lines(built: dict[str, Path]) -> None:
     assert "input      x float[1,256]" in lines
     assert "nodes      3 EPContext; compiled: MatMul 3, Relu 1; remaining: Mod 1, Sinh 1" in lines
     assert sum(line.startswith("epcontext  ") for line in lines) == 3
-    assert sum("file split_ctx_qnn.bin (" in line for line in lines) == 1
+    blob, data = published(built["split"].parent, "split_ctx_qnn.bin"), published(built["split"].parent, "split_ctx.onnx.data")
+    assert sum(f"file {blob} (" in line for line in lines) == 1
     assert sum("no blob (refers to the main context)" in line for line in lines) == 2
     assert "weights    0 inline (0 B), 1 external" in lines
-    assert "  file     split_ctx.onnx.data: 1 tensor, 1.0 KiB referenced, 1.0 KiB" in lines
+    assert f"  file     {data}: 1 tensor, 1.0 KiB referenced, 1.0 KiB" in lines
     assert "manifest   split_ctx.manifest.json: ok (sizes only (--check hashes), 3 files)" in lines
     assert not any(line.startswith("problem") for line in lines)
 
@@ -415,44 +417,47 @@ def test_plain_model_compiled_ops_is_empty_not_unknown() -> None:
 
 def test_missing_data_file_reported_and_check_exits_5(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    (model.parent / "split_ctx.onnx.data").unlink()
+    name, blob = published(model.parent, "split_ctx.onnx.data"), published(model.parent, "split_ctx_qnn.bin")
+    (model.parent / name).unlink()
     report = inspect_json(model)  # without --check: a report, exit 0
     [data] = report["initializers"]["files"]
     assert data["missing"] is True and data["size"] is None
-    assert report["problems"] == ["external data file 'split_ctx.onnx.data' is missing", "split_ctx.onnx.data: missing"]
+    assert report["problems"] == [f"external data file '{name}' is missing", f"{name}: missing"]
     assert report["manifest"]["ok"] is False
     status = {f["name"]: f["status"] for f in report["manifest"]["files"]}
-    assert status == {"split_ctx.onnx": "ok", "split_ctx.onnx.data": "missing", "split_ctx_qnn.bin": "ok"}
+    assert status == {"split_ctx.onnx": "ok", name: "missing", blob: "ok"}
 
     proc = run_cli("inspect", model, "--check", "--json")
     assert proc.returncode == 5
     assert json.loads(proc.stdout)["manifest"]["hashed"] is True  # the report is still printed
     line = one_line_error(proc)
-    assert line.startswith("ortcompile: error: ") and "split_ctx.onnx.data: missing" in line
+    assert line.startswith("ortcompile: error: ") and f"{name}: missing" in line
 
 
 def test_missing_blob_file_reported(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    (model.parent / "split_ctx_qnn.bin").unlink()
+    blob = published(model.parent, "split_ctx_qnn.bin")
+    (model.parent / blob).unlink()
     report = inspect_json(model)
     [main] = [n for n in report["epcontext_nodes"] if n["main_context"] == 1]
-    assert main["blob"] == {"location": "split_ctx_qnn.bin", "size": None, "missing": True, "unsafe_path": False, "shared": False}
-    assert f"EP context file 'split_ctx_qnn.bin' (node {main['name']!r}) is missing" in report["problems"]
-    assert "split_ctx_qnn.bin: missing" in report["problems"]
+    assert main["blob"] == {"location": blob, "size": None, "missing": True, "unsafe_path": False, "shared": False}
+    assert f"EP context file '{blob}' (node {main['name']!r}) is missing" in report["problems"]
+    assert f"{blob}: missing" in report["problems"]
     proc = run_cli("inspect", model, "--check", "-q")
     assert proc.returncode == 5
     line = one_line_error(proc)
-    assert line.startswith("ortcompile: error: ") and "split_ctx_qnn.bin: missing" in line
+    assert line.startswith("ortcompile: error: ") and f"{blob}: missing" in line
 
 
 def test_truncated_data_file_is_short(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    os.truncate(model.parent / "split_ctx.onnx.data", 1000)
+    name = published(model.parent, "split_ctx.onnx.data")
+    os.truncate(model.parent / name, 1000)
     report = inspect_json(model)
     [data] = report["initializers"]["files"]
     assert (data["size"], data["short"], data["missing"]) == (1000, True, False)
-    assert report["problems"] == ["external data file 'split_ctx.onnx.data' has 1000 bytes, tensors need 1024",
-                                  "split_ctx.onnx.data: size 1000, manifest says 1024"]
+    assert report["problems"] == [f"external data file '{name}' has 1000 bytes, tensors need 1024",
+                                  f"{name}: size 1000, manifest says 1024"]
     assert "SHORT" in run_cli("inspect", model).stdout
 
 
@@ -462,7 +467,7 @@ def test_check_hashes_and_catches_a_same_size_change(built: dict[str, Path], tmp
     assert report["manifest"]["hashed"] is True and report["manifest"]["ok"] is True
     assert [f["sha256_ok"] for f in report["manifest"]["files"]] == [True, True, True]
 
-    blob = model.parent / "split_ctx_qnn.bin"
+    blob = model.parent / published(model.parent, "split_ctx_qnn.bin")
     with open(blob, "r+b") as stream:  # one byte, same size: only a hash can see it
         stream.seek(blob.stat().st_size // 2)
         byte = stream.read(1)
@@ -474,7 +479,7 @@ def test_check_hashes_and_catches_a_same_size_change(built: dict[str, Path], tmp
     entry = next(f for f in json.loads(proc.stdout)["manifest"]["files"] if f["name"] == blob.name)
     assert (entry["sha256_ok"], entry["status"]) == (False, "sha256 differs from the manifest")
     line = one_line_error(proc)
-    assert line.startswith("ortcompile: error: ") and line.endswith("split_ctx_qnn.bin: sha256 differs from the manifest")
+    assert line.startswith("ortcompile: error: ") and line.endswith(f"{blob.name}: sha256 differs from the manifest")
 
 
 @pytest.mark.parametrize("location", ["../outside.data", "/etc/passwd"])
@@ -562,7 +567,7 @@ def big_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("inspect-big")
     model = compile_to(FIXTURES / "mlp.onnx", directory, "--ep", "cpu", "--inline-threshold", "1K", "--align-threshold", "4K")
     _move_tensor(model, "W2", BIG_OFFSET)
-    data = directory / "mlp_ctx.onnx.data"
+    data = directory / published(directory, "mlp_ctx.onnx.data", own_digest=False)
     assert data.stat().st_size == BIG_OFFSET + 256 * 256 * 4 > 2**31
     assert data.stat().st_blocks * 512 < 4 << 20, "the filesystem did not keep the file sparse"
     return model
@@ -587,7 +592,7 @@ def _age_atime(path: Path) -> int:
 
 
 def test_inspect_over_2gb_output_is_fast_low_memory_and_never_reads_the_data(big_output: Path, tmp_path: Path) -> None:
-    data = big_output.parent / "mlp_ctx.onnx.data"
+    data = big_output.parent / published(big_output.parent, "mlp_ctx.onnx.data", own_digest=False)
     atime_tracked = _atime_is_tracked(big_output.parent)
     aged = _age_atime(data)
 

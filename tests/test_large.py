@@ -7,7 +7,7 @@ is the compiler's own. Everything lives under pytest's tmp_path and is deleted w
 Numbers measured on the 2-core / 24 GiB development VM (onnxruntime 1.31.1, onnxruntime-qnn 2.7.0, ortcompile
 41ff2b6+): CPU model 2.42 GB generated in 2.5-8 s, compiled in 3-4 s at 137 MiB peak RSS (largest tensor
 256 MiB); QNN model 2.42 GB, 3 partitions of 768 MiB, generated in 2.5-8 s, compiled in 26-38 s at 9.4 GiB
-peak RSS into one 2.42 GB `_qnn.bin`. The whole module takes 1.5-2.5 minutes.
+peak RSS into one 2.42 GB `_qnn.<digest>.bin`. The whole module takes 1.5-2.5 minutes.
 """
 
 from __future__ import annotations
@@ -288,7 +288,7 @@ def test_qnn_compiles_into_a_blob_over_2_gib_not_embedded(qnn_model: BigModel, q
     assert result["remaining_ops"] == {"Sinh": qnn_model.partitions - 1}
     model_file = out_dir / "bigqnn_ctx.onnx"
     assert model_file.stat().st_size < SMALL_GRAPH
-    blobs = sorted(out_dir.glob("*_qnn.bin"))
+    blobs = sorted(out_dir.glob("*_qnn.*.bin"))  # named by content: <model>_qnn.<digest>.bin
     assert len(blobs) >= 1
     blob_bytes = sum(b.stat().st_size for b in blobs)
     TIMINGS["qnn blob bytes"] = blob_bytes

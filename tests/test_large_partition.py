@@ -94,7 +94,7 @@ def test_partitioned_compile_of_4_8_gb_stays_under_4x_its_largest_part(six_parti
     assert result["remaining_ops"] == {"Sinh": 5}
     manifest = json.loads((out / "six_ctx.manifest.json").read_text())
     assert len(manifest["parts"]) == len(parts)
-    blobs = sorted(p.name for p in out.glob("six_ctx_part*_qnn.bin"))
+    blobs = sorted(p.name for p in out.glob("six_ctx_part*_qnn.*.bin"))  # six_ctx_partNN_qnn.<digest>.bin
     # fp16 weights: half their fp32 bytes
     assert len(blobs) == len(parts) and sum((out / b).stat().st_size for b in blobs) >= 0.45 * model.total_bytes
     assert result["check"]["mode"] == "load" and result["check"]["ok"], "the stitched output was loaded before it was published"

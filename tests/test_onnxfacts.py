@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import FIXTURES, REPO, run_cli
+from helpers import FIXTURES, REPO, published, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -460,11 +460,12 @@ def test_epcontext_attributes_of_a_file_blob(compiled: dict[str, tuple[Path, onn
         assert a.ep_sdk_version == raw["ep_sdk_version"].decode() and a.ep_sdk_version
         assert a.cache == raw.get("ep_cache_context", b"") and a.problems == ()
     [main] = [a for a in attrs if a.main_context == 1]
-    assert main.embed_mode == 0 and main.blob_location == "split_ctx_qnn.bin" and main.embedded_bytes == 0
-    assert [facts.blob_location(n) for n in nodes].count("split_ctx_qnn.bin") == 1
+    blob = published(out, "split_ctx_qnn.bin")
+    assert main.embed_mode == 0 and main.blob_location == blob and main.embedded_bytes == 0
+    assert [facts.blob_location(n) for n in nodes].count(blob) == 1
     assert [a.blob_location for a in attrs if a.main_context == 0] == [None, None]  # QNN: one shared context
     assert resolve_inside(out, main.blob_location, plain=True).is_file()
-    assert facts.external_locations(model) == ["split_ctx.onnx.data"]
+    assert facts.external_locations(model) == [published(out, "split_ctx.onnx.data")]
     assert "cache" not in repr(main)  # a multi-megabyte context never lands in a log line
 
 
@@ -473,7 +474,7 @@ def test_epcontext_attributes_of_an_embedded_blob(compiled: dict[str, tuple[Path
     _, model = compiled["always"]
     [main] = [facts.epcontext_attrs(n) for n in facts.epcontext_nodes(model) if facts.epcontext_attrs(n).main_context == 1]
     assert main.embed_mode == 1 and main.blob_location is None
-    assert main.cache == (never_out / "split_ctx_qnn.bin").read_bytes()
+    assert main.cache == (never_out / published(never_out, "split_ctx_qnn.bin")).read_bytes()
     assert main.embedded_bytes == len(main.cache) > 100_000
     assert all(facts.blob_location(n) is None for n in facts.epcontext_nodes(model))
 

@@ -20,10 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 try:
     from bigmodel import write_qnn_model
-    from helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+    from helpers import cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
 except ImportError:  # pragma: no cover
     from tests.bigmodel import write_qnn_model
-    from tests.helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+    from tests.helpers import cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -187,7 +187,7 @@ def test_shared_weights_are_stored_once(tmp_path: Path) -> None:
     onnx.save(model, str(path), save_as_external_data=True, location="shared.onnx.data")
     result = _json(run_cli("compile", path, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "5MiB", "--json"))["outputs"][0]
     assert len(result["parts"]["parts"]) >= 3
-    data = tmp_path / "out" / "shared_ctx.onnx.data"
+    data = tmp_path / "out" / published(tmp_path / "out", "shared_ctx.onnx.data")
     assert 3 * 4 << 20 <= data.stat().st_size < 4 * 4 << 20, "A is read by two parts but stored once"
     feed = {"x": np.random.default_rng(2).standard_normal((1, 1024)).astype(np.float32)}
     np.testing.assert_array_equal(cpu_session(tmp_path / "out" / "shared_ctx.onnx").run(None, feed)[0], cpu_session(path).run(None, feed)[0])

@@ -9,7 +9,7 @@ import pytest
 
 from ortcompile.compile.layout import DataLayout, LayoutPolicy, Placement
 from ortcompile.errors import UsageError
-from ortcompile.naming import data_file_name
+from ortcompile.naming import carries_digest, content_addressed, data_file_name
 
 MIB = 1 << 20
 
@@ -127,9 +127,35 @@ def test_random_layouts_keep_every_invariant(seed: int) -> None:
 
 
 def test_data_file_names() -> None:
+    """As written (into the stage, split's parts, in-memory buffers)."""
     assert data_file_name("m_ctx.onnx", 0) == "m_ctx.onnx.data"
     assert data_file_name("m_ctx.onnx", 1) == "m_ctx.onnx.data.1"
     assert data_file_name("m_ctx.onnx", 12) == "m_ctx.onnx.data.12"
+
+
+SHA = "3f2a9c1b4d5e" + "0" * 52
+
+
+@pytest.mark.parametrize("written, published", [
+    ("m_ctx.onnx.data", "m_ctx.3f2a9c1b4d5e.data"),
+    ("m_ctx.onnx.data.1", "m_ctx.3f2a9c1b4d5e.data.1"),
+    ("m_ctx.onnx.data.12", "m_ctx.3f2a9c1b4d5e.data.12"),
+    ("prefill_shared.data", "prefill_shared.3f2a9c1b4d5e.data"),
+    ("prefill_shared.data.2", "prefill_shared.3f2a9c1b4d5e.data.2"),
+    ("m_ctx_qnn.bin", "m_ctx_qnn.3f2a9c1b4d5e.bin"),
+    ("m_ctx_part01_qnn.bin", "m_ctx_part01_qnn.3f2a9c1b4d5e.bin"),
+    ("m_ctx_part01_qnn.0123456789ab.bin", "m_ctx_part01_qnn.3f2a9c1b4d5e.bin"),  # a compiled part's blob, linked by stitch
+    ("blob", "blob.3f2a9c1b4d5e"),
+    ("x.0123456789ab_ctx.onnx.data", "x.0123456789ab_ctx.3f2a9c1b4d5e.data"),  # a digest-like stem is the user's: kept
+])
+def test_content_addressed_names(written: str, published: str) -> None:
+    """Every file a published graph references carries the first 12 hex digits of its sha256; the same bytes keep
+    the same name (idempotent), and only a name with its own digest counts as one ortcompile addressed."""
+    assert content_addressed(written, SHA) == published
+    assert content_addressed(published, SHA) == published
+    assert carries_digest(published, SHA)
+    assert not carries_digest(written, SHA) or written == published
+    assert not carries_digest(published, "9" * 64)
 
 
 @pytest.mark.parametrize("field, value, option", [

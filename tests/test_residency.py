@@ -93,7 +93,7 @@ class Mlp:
 
 
 # Weight sizes 4.0 / 11.9 / 15.8 / 23.6 / 23.6 MiB (sum 79 MiB). QNN embeds contexts up to 16 MiB in the
-# .onnx and writes the two larger ones to *_qnn.bin: both layouts are exercised.
+# .onnx and writes the two larger ones to *_qnn.<digest>.bin: both layouts are exercised.
 MODELS = {m.name: m for m in [Mlp("a", 720, 1), Mlp("b", 1248, 2), Mlp("c", 1440, 3), Mlp("d", 1760, 4), Mlp("e", 1760, 5)]}
 
 

@@ -5,7 +5,7 @@ tensor, different tensor names, one with external data and one without) and the 
 weights). Each compiled model loads with plain onnxruntime and matches its source bit for bit.
 
 QNN side (structure only: the x86_64 HTP simulator cannot load a shared context, it segfaults): mlp + split
-give ONE `mlp_ctx_qnn.bin` both graphs reference; `verify` says "shared EP context: cannot be loaded on this
+give ONE `mlp_ctx_qnn.<digest>.bin` both graphs reference; `verify` says "shared EP context: cannot be loaded on this
 device" (exit 1, the crash stays in verify's child process); `inspect` marks the blob shared. A batch whose
 second model fails publishes nothing.
 
@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 import pytest
 from helpers import (
+    DIGEST,
     FIXTURES,
     STAGE_PREFIX,
     assert_one_line_error,
@@ -37,6 +38,7 @@ from helpers import (
     cpu_only_model,
     cpu_session,
     epcontext_nodes,
+    published,
     run_cli,
     run_process,
     seeded_inputs,
@@ -169,7 +171,7 @@ def test_pair_compiles_into_one_shared_data_file(pair: dict[str, Any]) -> None:
     results = json.loads(proc.stdout)["outputs"]
     assert [Path(r["model"]).name for r in results] == ["prefill_ctx.onnx", "decode_ctx.onnx"]
     entries = check_shared_output_dir(out, ["prefill", "decode"])
-    assert sorted(entries) == ["decode_ctx.onnx", "prefill_ctx.onnx", "prefill_shared.data"]
+    assert sorted(entries) == ["decode_ctx.onnx", "prefill_ctx.onnx", published(out, "prefill_shared.data")]
     # Saved bytes are reported with -v: every decode tensor but W5.
     reused = sum(a.nbytes for n, a in pair["decode"].items() if n != f"decode.W{DIFFERENT}")
     assert f"shared weights: {reused} bytes stored once instead of again" in proc.stderr
@@ -178,13 +180,14 @@ def test_pair_compiles_into_one_shared_data_file(pair: dict[str, Any]) -> None:
 def test_pair_manifests_list_the_shared_file_in_both(pair: dict[str, Any]) -> None:
     out = pair["shared_out"]
     prefill, decode = listed(manifest_of(out, "prefill")), listed(manifest_of(out, "decode"))
+    shared = published(out, "prefill_shared.data")
     for files, stem in ((prefill, "prefill"), (decode, "decode")):
-        assert set(files) == {f"{stem}_ctx.onnx", "prefill_shared.data"}
-        assert files["prefill_shared.data"]["role"] == "data"
-        assert files["prefill_shared.data"]["shared"] is True
+        assert set(files) == {f"{stem}_ctx.onnx", shared}
+        assert files[shared]["role"] == "data"
+        assert files[shared]["shared"] is True
         assert files[f"{stem}_ctx.onnx"]["shared"] is False
         assert manifest_of(out, stem)["options"]["share_weights"] is True
-    assert prefill["prefill_shared.data"]["sha256"] == decode["prefill_shared.data"]["sha256"] == sha256(out / "prefill_shared.data")
+    assert prefill[shared]["sha256"] == decode[shared]["sha256"] == sha256(out / shared)
 
 
 def test_pair_identical_tensors_point_at_the_same_bytes(pair: dict[str, Any]) -> None:
@@ -193,18 +196,19 @@ def test_pair_identical_tensors_point_at_the_same_bytes(pair: dict[str, Any]) ->
     prefill, decode = externals(out / "prefill_ctx.onnx"), externals(out / "decode_ctx.onnx")
     assert len(prefill) == len(decode) == 2 * LAYERS
     prefill_end = max(offset + length for _, offset, length in prefill.values())
+    shared = published(out, "prefill_shared.data")
     for name, extent in decode.items():
         twin = prefill["prefill." + name.split(".", 1)[1]]
         if name == f"decode.W{DIFFERENT}":
             location, offset, length = extent
-            assert location == "prefill_shared.data" and offset >= prefill_end and offset % 4096 == 0
+            assert location == shared and offset >= prefill_end and offset % 4096 == 0
         else:
             assert extent == twin, name
     # The file is one copy of prefill's tensors plus decode's W5, with nothing but alignment padding.
     distinct = sum(a.nbytes for a in pair["prefill"].values()) + pair["decode"][f"decode.W{DIFFERENT}"].nbytes
-    size = (out / "prefill_shared.data").stat().st_size
+    size = (out / shared).stat().st_size
     assert distinct <= size < distinct + 4096 * (2 * LAYERS + 1)
-    data = (out / "prefill_shared.data").read_bytes()
+    data = (out / shared).read_bytes()
     for name, (_, offset, length) in decode.items():
         assert data[offset : offset + length] == pair["decode"][name].tobytes(), name
 
@@ -216,7 +220,7 @@ def test_pair_total_bytes_about_one_copy(pair: dict[str, Any], record_property: 
     ratio = shared / unshared
     record_property("sharing_ratio", round(ratio, 4))
     print(f"\nprefill+decode: shared {shared} bytes, unshared {unshared} bytes, ratio {ratio:.4f}")
-    # Expected: 9 of 16 big tensors -> 0.5625; measured 0.5625 (56,668,901 vs 100,750,101 bytes).
+    # Expected: 9 of 16 big tensors -> 0.5625; measured 0.5625 (56,668,775 vs 100,749,815 bytes).
     assert ratio < 0.6
     one_model = sum(a.nbytes for a in pair["prefill"].values())
     assert shared < one_model + pair["decode"][f"decode.W{DIFFERENT}"].nbytes + 128 * 1024
@@ -237,7 +241,7 @@ def test_pair_verify_passes(pair: dict[str, Any], stem: str) -> None:
     assert integrity["ok"] is True and integrity["hashed"] is True
     # The shared data file is checked (size and sha256) like any other file the model needs.
     assert [(f["name"], f["role"], f["sha256_ok"], f["status"]) for f in integrity["files"]] == [
-        (f"{stem}_ctx.onnx", "model", True, "ok"), ("prefill_shared.data", "data", True, "ok")]
+        (f"{stem}_ctx.onnx", "model", True, "ok"), (published(pair["shared_out"], "prefill_shared.data"), "data", True, "ok")]
     assert all(c["max_abs"] == 0 for run in report["runs"] for c in run["outputs"])
 
 
@@ -247,10 +251,11 @@ def test_pair_inspect_marks_the_shared_file(pair: dict[str, Any], stem: str) -> 
     proc = run_cli("inspect", model, "--json")
     assert proc.returncode == 0, proc.stderr
     files = json.loads(proc.stdout)["initializers"]["files"]
-    assert [(f["name"], f["shared"], f["tensors"]) for f in files] == [("prefill_shared.data", True, 2 * LAYERS)]
+    shared = published(pair["shared_out"], "prefill_shared.data")
+    assert [(f["name"], f["shared"], f["tensors"]) for f in files] == [(shared, True, 2 * LAYERS)]
     text = run_cli("inspect", model)
     assert text.returncode == 0, text.stderr
-    assert "prefill_shared.data" in text.stdout and "(shared with other models)" in text.stdout
+    assert shared in text.stdout and "(shared with other models)" in text.stdout
     checked = run_cli("inspect", model, "--check", "-q")
     assert checked.returncode == 0, checked.stderr
 
@@ -260,7 +265,7 @@ def test_unshared_compile_marks_nothing_shared(pair: dict[str, Any]) -> None:
     out = pair["unshared_out"]
     for stem in ("prefill", "decode"):
         files = listed(manifest_of(out, stem))
-        assert set(files) == {f"{stem}_ctx.onnx", f"{stem}_ctx.onnx.data"}
+        assert set(files) == {f"{stem}_ctx.onnx", published(out, f"{stem}_ctx.onnx.data")}
         assert not any(f.get("shared") for f in files.values())
 
 
@@ -276,17 +281,20 @@ def mlp_dynamic(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_fixture_pair_stores_the_weights_once(mlp_dynamic: Path, tmp_path: Path) -> None:
     entries = check_shared_output_dir(mlp_dynamic, ["mlp", "dynamic"])
-    assert sorted(entries) == ["dynamic_ctx.onnx", "mlp_ctx.onnx", "mlp_shared.data"]
-    assert entries["mlp_shared.data"]["shared"] is True
+    shared = published(mlp_dynamic, "mlp_shared.data")
+    assert sorted(entries) == ["dynamic_ctx.onnx", "mlp_ctx.onnx", shared]
+    assert entries[shared]["shared"] is True
     assert externals(mlp_dynamic / "mlp_ctx.onnx") == externals(mlp_dynamic / "dynamic_ctx.onnx")
     # One copy: the shared file is byte-identical to the data file of mlp compiled alone.
     alone = run_cli("compile", MLP, "-o", tmp_path, "--ep", "cpu", "-q")
     assert alone.returncode == 0, alone.stderr
-    assert (mlp_dynamic / "mlp_shared.data").read_bytes() == (tmp_path / "mlp_ctx.onnx.data").read_bytes()
+    alone_data = published(tmp_path, "mlp_ctx.onnx.data")
+    assert (mlp_dynamic / shared).read_bytes() == (tmp_path / alone_data).read_bytes()
+    assert DIGEST.search(shared)[0] == DIGEST.search(alone_data)[0]  # type: ignore[index]  # same bytes, same digest
     separate = 2 * total_bytes(tmp_path, ["mlp"])
     ratio = total_bytes(mlp_dynamic, ["mlp", "dynamic"]) / separate
     print(f"\nmlp+dynamic: sharing ratio {ratio:.4f}")
-    assert ratio < 0.51  # measured 0.5006: two ~600-byte graphs on top of one 513 KiB data file
+    assert ratio < 0.51  # measured 0.5004: two ~430-byte graphs on top of one 513 KiB data file
 
 
 @pytest.mark.parametrize("stem, dims", [("mlp", None), ("dynamic", {"batch": 3})])
@@ -378,8 +386,9 @@ def test_qnn_writes_one_context_named_after_the_first_model(qnn_shared: dict[str
     assert proc.returncode == 0, proc.stderr
     assert [r["epcontext_nodes"] for r in json.loads(proc.stdout)["outputs"]] == [1, 3]
     entries = check_shared_output_dir(out, ["mlp", "split"])
-    assert sorted(entries) == ["mlp_ctx.onnx", "mlp_ctx_qnn.bin", "mlp_shared.data", "split_ctx.onnx"]
-    assert [p.name for p in out.glob("*_qnn.bin")] == ["mlp_ctx_qnn.bin"]
+    blob = published(out, "mlp_ctx_qnn.bin")
+    assert sorted(entries) == ["mlp_ctx.onnx", blob, published(out, "mlp_shared.data"), "split_ctx.onnx"]
+    assert [p.name for p in out.glob("*_qnn*.bin")] == [blob]
     # Both graphs' main EPContext nodes reference that one file; split's other partitions refer to its main node.
     for stem, count in (("mlp", 1), ("split", 3)):
         nodes = epcontext_nodes(onnx.load(str(out / f"{stem}_ctx.onnx"), load_external_data=False))
@@ -387,7 +396,7 @@ def test_qnn_writes_one_context_named_after_the_first_model(qnn_shared: dict[str
         main = [n for n in nodes if attribute(n, "main_context") == 1]
         assert len(main) == 1, stem
         assert attribute(main[0], "embed_mode") == 0
-        assert attribute(main[0], "ep_cache_context") == b"mlp_ctx_qnn.bin"
+        assert attribute(main[0], "ep_cache_context") == blob.encode()
         assert attribute(main[0], "source") == b"QNNExecutionProvider"
         assert all(attribute(n, "ep_cache_context") is None for n in nodes if n is not main[0])
 
@@ -395,8 +404,9 @@ def test_qnn_writes_one_context_named_after_the_first_model(qnn_shared: dict[str
 def test_qnn_shared_context_size(qnn_shared: dict[str, Any]) -> None:
     """One context holding both models' graphs: more than either alone, not more than both.
     Measured: 1,445,888 bytes shared vs 573,440 (mlp) + 909,312 (split) separately."""
-    shared = (qnn_shared["out"] / "mlp_ctx_qnn.bin").stat().st_size
-    mlp, split = ((qnn_shared["separate"] / f"{s}_ctx_qnn.bin").stat().st_size for s in ("mlp", "split"))
+    shared = (qnn_shared["out"] / published(qnn_shared["out"], "mlp_ctx_qnn.bin")).stat().st_size
+    separate = qnn_shared["separate"]
+    mlp, split = ((separate / published(separate, f"{s}_ctx_qnn.bin")).stat().st_size for s in ("mlp", "split"))
     print(f"\nQNN shared context {shared} bytes; separately mlp {mlp} + split {split} = {mlp + split}")
     assert max(mlp, split) < shared <= mlp + split
 
@@ -404,15 +414,16 @@ def test_qnn_shared_context_size(qnn_shared: dict[str, Any]) -> None:
 def test_qnn_manifests_mark_the_context_shared(qnn_shared: dict[str, Any]) -> None:
     out = qnn_shared["out"]
     mlp, split = listed(manifest_of(out, "mlp")), listed(manifest_of(out, "split"))
-    assert set(mlp) == {"mlp_ctx.onnx", "mlp_ctx_qnn.bin"}
-    assert set(split) == {"split_ctx.onnx", "mlp_ctx_qnn.bin", "mlp_shared.data"}
+    blob_name, data_name = published(out, "mlp_ctx_qnn.bin"), published(out, "mlp_shared.data")
+    assert set(mlp) == {"mlp_ctx.onnx", blob_name}
+    assert set(split) == {"split_ctx.onnx", blob_name, data_name}
     for files in (mlp, split):
-        blob = files["mlp_ctx_qnn.bin"]
+        blob = files[blob_name]
         assert (blob["role"], blob["shared"]) == ("ep_context", True)
-        assert blob["sha256"] == sha256(out / "mlp_ctx_qnn.bin") and blob["size"] == (out / "mlp_ctx_qnn.bin").stat().st_size
+        assert blob["sha256"] == sha256(out / blob_name) and blob["size"] == (out / blob_name).stat().st_size
     # split's CPU-side W_mod lives in the batch's data file, which only split uses: not shared.
-    assert (split["mlp_shared.data"]["role"], split["mlp_shared.data"]["shared"]) == ("data", False)
-    assert externals(out / "split_ctx.onnx") == {"W_mod": ("mlp_shared.data", 0, 1024)}
+    assert (split[data_name]["role"], split[data_name]["shared"]) == ("data", False)
+    assert externals(out / "split_ctx.onnx") == {"W_mod": (data_name, 0, 1024)}
 
 
 def test_simulator_cannot_load_a_shared_context(qnn_shared: dict[str, Any]) -> None:
@@ -468,11 +479,12 @@ def test_qnn_inspect_shows_the_blob_shared(qnn_shared: dict[str, Any], stem: str
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     blobs = [n["blob"] for n in report["epcontext_nodes"] if n["blob"]]
-    size = (qnn_shared["out"] / "mlp_ctx_qnn.bin").stat().st_size
-    assert blobs == [{"location": "mlp_ctx_qnn.bin", "size": size, "missing": False, "unsafe_path": False, "shared": True}]
+    blob = published(qnn_shared["out"], "mlp_ctx_qnn.bin")
+    size = (qnn_shared["out"] / blob).stat().st_size
+    assert blobs == [{"location": blob, "size": size, "missing": False, "unsafe_path": False, "shared": True}]
     assert report["problems"] == []
     text = run_cli("inspect", model)
-    assert "file mlp_ctx_qnn.bin" in text.stdout and "shared EP context: other models use it too" in text.stdout
+    assert f"file {blob}" in text.stdout and "shared EP context: other models use it too" in text.stdout
     assert run_cli("inspect", model, "--check", "-q").returncode == 0
 
 
@@ -496,6 +508,46 @@ def test_failing_batch_into_a_new_directory_leaves_no_files(tmp_path: Path) -> N
     assert proc.returncode == 1
     assert_one_line_error(proc.stderr, "took none of this model's nodes")
     assert not out.exists()  # a failed run removes the -o directory it created
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Any:
+    """A 1 MiB tmpfs mounted for the test (root here; skipped where mounting is not allowed)."""
+    mountpoint = tmp_path / "tmpfs"
+    mountpoint.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mountpoint)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", str(mountpoint)], check=True)
+
+
+@pytest.mark.parametrize("full_at", ["data", "graph"])
+def test_batch_on_a_full_disk_exits_4(small_tmpfs: Path, tmp_path: Path, full_at: str) -> None:
+    """The disk fills while the batch writes its shared data file, or its first graph: exit 4 with the no-space
+    line (it was an internal OSError, exit 1), nothing left on the filesystem, and the batch fits once space is back."""
+    rng = np.random.default_rng(3)
+    models = [tmp_path / "prefill.onnx", tmp_path / "decode.onnx"]
+    for model in models:  # 300 KiB each, different: the shared file holds both
+        weights_model(model, {"w": rng.standard_normal((256, 300)).astype(np.float32)})
+    roomy = tmp_path / "roomy"
+    assert run_cli("compile", *models, "-o", roomy, "--ep", "cpu", "--share-weights", "-q").returncode == 0
+    data_pages = -(-(roomy / published(roomy, "prefill_shared.data")).stat().st_size // 4096)
+    free = {"data": data_pages // 2, "graph": data_pages}[full_at] * 4096
+    filler = small_tmpfs / ".filler"
+    filler.write_bytes(b"\xa5" * (shutil.disk_usage(small_tmpfs).free - free))
+    assert shutil.disk_usage(small_tmpfs).free == free
+    before = snapshot(small_tmpfs)
+    out = small_tmpfs / "out"
+    proc = run_cli("compile", *models, "-o", out, "--ep", "cpu", "--share-weights")
+    assert proc.returncode == 4, proc.stderr
+    assert_one_line_error(proc.stderr, "no space left on the device", "choose another -o")
+    assert snapshot(small_tmpfs) == before  # no stage, and the -o directory it created is gone again
+    filler.unlink()
+    assert run_cli("compile", *models, "-o", out, "--ep", "cpu", "--share-weights", "-q").returncode == 0
+    check_shared_output_dir(out, ["prefill", "decode"])
 
 
 def test_dynamic_member_is_refused_before_anything_runs(tmp_path: Path) -> None:
@@ -546,10 +598,11 @@ def test_shared_data_file_in_shards(tmp_path: Path) -> None:
     proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "cpu", "--share-weights", "--shard-size", "300K", "--align-threshold", "64K", "-q")
     assert proc.returncode == 0, proc.stderr
     entries = check_shared_output_dir(out, ["mlp", "dynamic"])
-    assert sorted(n for n in entries if "_shared.data" in n) == ["mlp_shared.data", "mlp_shared.data.1"]
-    assert all(entries[n]["shared"] and (out / n).stat().st_size <= 300 * 1024 for n in ("mlp_shared.data", "mlp_shared.data.1"))
+    shards = [published(out, "mlp_shared.data"), published(out, "mlp_shared.data.1")]
+    assert sorted(n for n in entries if "_shared." in n) == sorted(shards)
+    assert all(entries[n]["shared"] and (out / n).stat().st_size <= 300 * 1024 for n in shards)
     assert externals(out / "mlp_ctx.onnx") == externals(out / "dynamic_ctx.onnx")
-    assert {loc for loc, _, _ in externals(out / "mlp_ctx.onnx").values()} == {"mlp_shared.data", "mlp_shared.data.1"}
+    assert {loc for loc, _, _ in externals(out / "mlp_ctx.onnx").values()} == set(shards)
     assert_bit_identical(out / "dynamic_ctx.onnx", DYNAMIC, range(2), {"batch": 2})
 
 
@@ -565,10 +618,12 @@ def test_qnn_twin_models_share_weights_inside_the_context(qnn_shared: dict[str, 
     proc = run_cli("compile", src / "split.onnx", src / "split_b.onnx", "-o", out, "--ep", "qnn", "--share-weights", "-q")
     assert proc.returncode == 0, proc.stderr
     entries = check_shared_output_dir(out, ["split", "split_b"])
-    assert sorted(entries) == ["split_b_ctx.onnx", "split_ctx.onnx", "split_ctx_qnn.bin", "split_shared.data"]
-    assert entries["split_shared.data"]["shared"] and entries["split_ctx_qnn.bin"]["shared"]
-    assert externals(out / "split_ctx.onnx") == externals(out / "split_b_ctx.onnx") == {"W_mod": ("split_shared.data", 0, 1024)}
-    separate = (qnn_shared["separate"] / "split_ctx_qnn.bin").stat().st_size  # split compiled on its own, --embed never
-    shared = entries["split_ctx_qnn.bin"]["size"]
+    blob, data = published(out, "split_ctx_qnn.bin"), published(out, "split_shared.data")
+    assert sorted(entries) == ["split_b_ctx.onnx", "split_ctx.onnx", blob, data]
+    assert entries[data]["shared"] and entries[blob]["shared"]
+    assert externals(out / "split_ctx.onnx") == externals(out / "split_b_ctx.onnx") == {"W_mod": (data, 0, 1024)}
+    # split compiled on its own, --embed never
+    separate = (qnn_shared["separate"] / published(qnn_shared["separate"], "split_ctx_qnn.bin")).stat().st_size
+    shared = entries[blob]["size"]
     print(f"\nsplit twice: shared context {shared} bytes vs 2 x {separate} separately ({shared / (2 * separate):.3f})")
     assert separate < shared < 0.6 * 2 * separate

@@ -23,6 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import published
 from onnx import numpy_helper
 
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
@@ -119,7 +120,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("verify-built")
     return {
         "mlp": compile_to(FIXTURES / "mlp.onnx", base / "mlp"),  # 1 EPContext node, blob embedded
-        "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never"),  # 3 nodes, _qnn.bin, W_mod in .data
+        "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never"),  # 3 nodes, a _qnn blob, W_mod in .data
         "dynamic": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic", "--fix-dim", "batch=1"),
         "dynamic_cpu": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic_cpu", "--ep", "cpu"),  # 'batch' stays symbolic
         "mixed_cpu": compile_to(FIXTURES / "mixed.onnx", base / "mixed_cpu", "--ep", "cpu"),  # 'n' stays symbolic
@@ -227,7 +228,7 @@ def _split_input_seed0() -> np.ndarray:
 
 
 def test_flipped_weight_byte_in_data_file_fails_with_exit_5(built: dict[str, Path], tmp_path: Path) -> None:
-    """W_mod (the divisor of the CPU-side Mod) lives in split_ctx.onnx.data. Flip one exponent bit of the
+    """W_mod (the divisor of the CPU-side Mod) lives in split_ctx.<digest>.data. Flip one exponent bit of the
     element that matters most for seed 0's input, update the manifest so integrity passes: only the
     output comparison can catch it."""
     model = copy_output(built["split"], tmp_path)
@@ -349,6 +350,7 @@ def test_zero_tolerance_under_fp16_parity_leaves_snr_and_cosine_to_decide(built:
 @pytest.mark.parametrize(("victim", "cut"), [("split_ctx.onnx.data", 1000), ("split_ctx_qnn.bin", 4096)])
 def test_truncated_file_fails_integrity_before_anything_runs(built: dict[str, Path], tmp_path: Path, victim: str, cut: int) -> None:
     model = copy_output(built["split"], tmp_path)
+    victim = published(model.parent, victim)
     path = model.parent / victim
     size = path.stat().st_size
     os.truncate(path, size - cut if victim.endswith(".bin") else cut)
@@ -366,30 +368,32 @@ def test_truncated_file_fails_integrity_before_anything_runs(built: dict[str, Pa
 
 def test_missing_file_fails_integrity(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    (model.parent / "split_ctx.onnx.data").unlink()
+    data = published(model.parent, "split_ctx.onnx.data")
+    (model.parent / data).unlink()
     proc = run("verify", model, "--reference", FIXTURES / "split.onnx")
     assert proc.returncode == 5
     line = error_line(proc)
-    assert line.startswith("ortcompile: error: integrity check failed: split_ctx.onnx.data: missing")
-    assert "  problem  split_ctx.onnx.data: missing" in proc.stdout.splitlines()
+    assert line.startswith(f"ortcompile: error: integrity check failed: {data}: missing")
+    assert f"  problem  {data}: missing" in proc.stdout.splitlines()
 
 
 def test_missing_file_without_manifest_fails_integrity(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    (model.parent / "split_ctx_qnn.bin").unlink()
+    blob = published(model.parent, "split_ctx_qnn.bin")
+    (model.parent / blob).unlink()
     model.with_name("split_ctx.manifest.json").unlink()
     proc = run("verify", model, "--reference", FIXTURES / "split.onnx", "--json")
     assert proc.returncode == 5
     report = json.loads(proc.stdout)
     assert report["integrity"]["found"] is False and report["runs"] == []
     [problem] = report["integrity"]["referenced_files_problems"]
-    assert problem.startswith("EP context file 'split_ctx_qnn.bin' (node ") and problem.endswith(") is missing")
+    assert problem.startswith(f"EP context file '{blob}' (node ") and problem.endswith(") is missing")
     assert error_line(proc) == f"ortcompile: error: integrity check failed: {problem}"
 
 
 def test_same_size_corruption_fails_on_sha256(built: dict[str, Path], tmp_path: Path) -> None:
     model = copy_output(built["split"], tmp_path)
-    blob = model.parent / "split_ctx_qnn.bin"
+    blob = model.parent / published(model.parent, "split_ctx_qnn.bin")
     raw = bytearray(blob.read_bytes())
     raw[len(raw) // 2] ^= 0x01
     blob.write_bytes(bytes(raw))
@@ -397,7 +401,7 @@ def test_same_size_corruption_fails_on_sha256(built: dict[str, Path], tmp_path: 
     assert proc.returncode == 5
     entry = next(f for f in json.loads(proc.stdout)["integrity"]["files"] if f["name"] == blob.name)
     assert (entry["sha256_ok"], entry["status"]) == (False, "sha256 differs from the manifest")
-    assert error_line(proc) == "ortcompile: error: integrity check failed: split_ctx_qnn.bin: sha256 differs from the manifest"
+    assert error_line(proc) == f"ortcompile: error: integrity check failed: {blob.name}: sha256 differs from the manifest"
 
 
 def test_missing_model_or_reference_is_invalid_input(built: dict[str, Path], tmp_path: Path) -> None:
@@ -511,10 +515,10 @@ def test_compile_verify_failure_publishes_nothing(tmp_path: Path) -> None:
 
 def test_compile_verify_failure_keeps_the_previous_output(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    compile_to(FIXTURES / "split.onnx", out)  # blob embedded (--embed auto): no _qnn.bin
+    compile_to(FIXTURES / "split.onnx", out)  # blob embedded (--embed auto): no _qnn.<digest>.bin
     before = snapshot(out)
-    assert "split_ctx_qnn.bin" not in before
-    # A --force rebuild with --embed never would add split_ctx_qnn.bin and change the model and manifest.
+    assert not [n for n in before if "_qnn" in n]
+    # A --force rebuild with --embed never would add split_ctx_qnn.<digest>.bin and change the model and manifest.
     proc = run("compile", FIXTURES / "split.onnx", "-o", out, "--force", "--embed", "never", "--verify", "--precision", "fp32", "--rtol", "0", "--atol", "0")
     assert proc.returncode == 5
     assert "not published" in error_line(proc)
@@ -524,7 +528,7 @@ def test_compile_verify_failure_keeps_the_previous_output(tmp_path: Path) -> Non
     # Control: the same rebuild with a passing verification does replace it.
     proc = run("compile", FIXTURES / "split.onnx", "-o", out, "--force", "--embed", "never", "--verify", "-v")
     assert proc.returncode == 0, proc.stderr
-    assert "split_ctx_qnn.bin" in snapshot(out) and snapshot(out) != before
+    assert published(out, "split_ctx_qnn.bin") in snapshot(out) and snapshot(out) != before
     verified = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: verified: ")]
     assert len(verified) == 1 and "outputs match the source on the CPU EP (max abs diff " in verified[0] and verified[0].endswith("; parity)")
 

@@ -193,7 +193,7 @@ def test_models_that_do_not_compile_yet_fail_as_known(tmp_path: Path, model_id: 
 def test_flipped_qnn_blob_fails_by_sha256_and_without_the_manifest_by_its_outputs(build: Any, tmp_path: Path, model_id: str) -> None:
     model = corpus.require_model(model_id)
     compiled = copy_of(build(model_id, "--embed=never"), tmp_path)
-    [blob] = compiled.parent.glob("*_qnn.bin")
+    [blob] = compiled.parent.glob("*_qnn.*.bin")
     flip_middle(blob)
 
     result, report = verify(compiled, model.path)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import InputDigest, WrittenFile, hash_and_sync
+from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import Manifest, Versions
 from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
@@ -29,7 +29,7 @@ from ortcompile.version import __version__
 if TYPE_CHECKING:
     from ortcompile import eps
     from ortcompile.compile.epstep import EpRequest, EpStepOutput
-    from ortcompile.compile.graphpass import GraphSummary
+    from ortcompile.compile.graphpass import GraphSummary, StagedNames
     from ortcompile.compile.job import Workers
 
 
@@ -112,17 +112,19 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
 
 
 def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
-                blobs_pending: bool = False) -> tuple[list[tuple[WrittenFile, str]], GraphSummary]:
-    """Pass 2 into the stage: the graph proto written on its own, then the EP's blob files it names, hashed and
-    synced. Only the blobs the graph names are outputs: anything else an EP left in the stage is not published."""
+                staged: StagedNames | None = None) -> tuple[list[tuple[WrittenFile, str]], GraphSummary]:
+    """Pass 2 into the stage: the graph proto written on its own, after the data files and the EP's blob files it
+    names were renamed to their content-addressed names (hashed and synced). Only the blobs the graph names are
+    outputs: anything else an EP left in the stage is not published. `staged`: a batch's, whose data files are shared."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ortcompile.compile.graphpass import write_graph
+    from ortcompile.compile.graphpass import StagedNames, write_graph
 
+    staged = staged or StagedNames(staging_dir, step.data_files)
     with ThreadPoolExecutor(max_workers=1) as pool:
-        model_file, graph = write_graph(step.graph_proto, staging_dir, model, embed, pool, blobs_pending)
-    blobs = [] if blobs_pending else [hash_and_sync(staging_dir / name) for name in graph.blob_names]
-    return [(model_file, "model"), *((f, "data") for f in step.data_files), *((f, "ep_context") for f in blobs)], graph
+        model_file, blobs, graph = write_graph(step.graph_proto, staging_dir, model, embed, pool, staged)
+    data = [f for f in staged.data_files if f.name in graph.data_locations]
+    return [(model_file, "model"), *((f, "data") for f in data), *((f, "ep_context") for f in blobs)], graph
 
 
 @dataclass

@@ -25,6 +25,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
+from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
@@ -219,11 +220,13 @@ class CompileJob:
                                      "with these options (check --ep-option values; -v shows its log)", exc.detail)
         return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", exc.detail)
 
-    def graph_pass(self, staging_dir: Path, step: EpStepOutput, workers: Workers, embed: str | None = None, blobs_pending: bool = False) -> Built:
-        """Pass 2: the small graph proto, finished and written on its own; then the EP's blob files, hashed and synced."""
+    def graph_pass(self, staging_dir: Path, step: EpStepOutput, workers: Workers, embed: str | None = None,
+                   staged: StagedNames | None = None) -> Built:
+        """Pass 2: the small graph proto, finished and written on its own, naming its files by content (`staged`: a
+        batch's shared files)."""
         clock = time.perf_counter()
         self.reporter.stage("writing graph")
-        files, graph = stage_graph(step, staging_dir, self.names.model, embed or self.options.embed, blobs_pending)
+        files, graph = stage_graph(step, staging_dir, self.names.model, embed or self.options.embed, staged)
         if self.compiles and graph.epcontext_nodes == 0:
             starts = None if self.require_compiled else workers.get().call(ep_starts, self.request, doing="starting the EP on a one-node model")
             if self.require_compiled or not starts:

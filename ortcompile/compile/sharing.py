@@ -1,12 +1,13 @@
 """`--share-weights`: compile several models that share weights (e.g. an LLM's prefill and decode graphs).
 
 Two kinds of sharing, both deterministic:
-- CPU-side initializers are content-addressed: a tensor whose bytes (sha256) were already written for an
+- CPU-side initializers are deduplicated by content: a tensor whose bytes (sha256) were already written for an
   earlier model in the batch is referenced where it is, so identical weights are stored once, in
-  `<first stem>_shared.data` (shards `.data.1`, ...).
+  `<first stem>_shared.<digest>.data` (shards `.data.1`, ...; named by content like every referenced file).
 - EP contexts are shared through ONNX Runtime's `ep.share_ep_contexts` (the last model also sets
   `ep.stop_share_ep_contexts`): an EP that supports it (QNN does) writes one blob, named after the first
-  model, that every model's EPContext nodes reference. Blobs are never embedded in this mode.
+  model (`<first stem>_ctx_qnn.<digest>.bin`), that every model's EPContext nodes reference. Blobs are never
+  embedded in this mode.
 
 The batch is one unit: compiled into one staging directory and published together, or not at all.
 Each model gets its own manifest listing every file it needs, shared ones marked `"shared": true`.
@@ -24,14 +25,15 @@ from pathlib import Path
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpStep, EpStepOutput, run_ep_step, run_relayout
 from ortcompile.compile.finish import Built, finish
+from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob, Workers
 from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
-from ortcompile.errors import CompilationFailed, UsageError
+from ortcompile.errors import UsageError, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.native import native_output_shown
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import WrittenFile, digest_inputs_in_background, hash_and_sync
+from ortcompile.output.digest import WrittenFile, digest_inputs_in_background
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
 
@@ -105,21 +107,30 @@ def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileRe
     workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].worker_label)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, workers:
         digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
-        shared_name = f"{strip_onnx(jobs[0].source.path.name)}_shared"
-        steps = [job.step(staging.path, _sharing_config(job, last=(i == len(jobs) - 1))) for i, job in enumerate(jobs)]
-        if jobs[0].compiles:  # one child for the whole batch: the EP shares its context within one process
-            try:
-                outputs, data_files, reused = workers.get().call(run_shared_steps, steps, shared_name, doing="compiling the batch")
-            except NothingCompiled as exc:
-                job = next((j for j in jobs if j.source.path.name == exc.model), jobs[0])
-                raise job.explain_nothing_compiled(exc) from exc
-        else:
-            outputs, data_files, reused = run_shared_steps(steps, shared_name, jobs[0].reporter)
-        jobs[0].reporter.detail(f"shared weights: {reused} bytes stored once instead of again")
-        builds = [job.graph_pass(staging.path, out, workers, embed="never", blobs_pending=True) for job, out in zip(jobs, outputs)]
-        shared = _attach_files(builds, {f.name: f for f in data_files}, staging.path)
+        try:
+            builds = _build_batch(jobs, staging.path, workers)
+        except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...
+            raise output_error(exc, f"outputs in {output_dir}") from exc
         unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].ep.name) if jobs[0].compiles else None
-        return finish(builds, staging, workers, digests, shared=shared, unchecked=unchecked)
+        return finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked)
+
+
+def _build_batch(jobs: list[CompileJob], staging_dir: Path, workers: Workers) -> list[Built]:
+    """Passes 1 and 2 of every model into the stage: one data pass and one EP context for all of them."""
+    shared_name = f"{strip_onnx(jobs[0].source.path.name)}_shared"
+    steps = [job.step(staging_dir, _sharing_config(job, last=(i == len(jobs) - 1))) for i, job in enumerate(jobs)]
+    if jobs[0].compiles:  # one child for the whole batch: the EP shares its context within one process
+        try:
+            outputs, data_files, reused = workers.get().call(run_shared_steps, steps, shared_name, doing="compiling the batch")
+        except NothingCompiled as exc:
+            job = next((j for j in jobs if j.source.path.name == exc.model), jobs[0])
+            raise job.explain_nothing_compiled(exc) from exc
+    else:
+        outputs, data_files, reused = run_shared_steps(steps, shared_name, jobs[0].reporter)
+    jobs[0].reporter.detail(f"shared weights: {reused} bytes stored once instead of again")
+    # Every model's graph pass comes after the last compile: the shared EP context is complete by then.
+    staged = StagedNames(staging_dir, data_files)
+    return [job.graph_pass(staging_dir, out, workers, embed="never", staged=staged) for job, out in zip(jobs, outputs)]
 
 
 def _sharing_config(job: CompileJob, last: bool) -> dict[str, str]:
@@ -141,17 +152,11 @@ def run_shared_steps(steps: list[EpStep], shared_name: str, reporter: Reporter) 
     return outputs, shared.close(), shared.reused_bytes
 
 
-def _attach_files(builds: list[Built], data_files: dict[str, WrittenFile], staging_dir: Path) -> set[str]:
-    """Each model lists the data and blob files its graph references; returns the names several models use."""
+def _shared_names(builds: list[Built]) -> set[str]:
+    """The files several models of the batch reference (each model's files are those its graph names)."""
     users: dict[str, int] = {}
     for built in builds:
-        for name in [*built.graph.data_locations, *built.graph.blob_names]:
-            users[name] = users.get(name, 0) + 1
-    missing = sorted({n for b in builds for n in b.graph.blob_names if not (staging_dir / n).is_file()})
-    if missing:
-        raise CompilationFailed(f"the EP did not write the shared context file {missing[0]!r} its nodes reference")
-    blobs = {name: hash_and_sync(staging_dir / name) for b in builds for name in b.graph.blob_names}
-    for built in builds:
-        built.files = [built.files[0], *((data_files[n], "data") for n in built.graph.data_locations),
-                       *((blobs[n], "ep_context") for n in built.graph.blob_names)]
+        for written, role in built.files:
+            if role != "model":
+                users[written.name] = users.get(written.name, 0) + 1
     return {name for name, count in users.items() if count > 1}

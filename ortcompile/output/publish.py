@@ -3,9 +3,15 @@
 The staging directory lives inside the output directory (same filesystem, so renames are atomic) and
 is named `.ortcompile-stage-<pid>-<random>`; a run that finds one whose process is gone removes it, so a
 killed run never leaves junk that a later run could mistake for output. Files move into place data
-first, then the model, then the manifest: a model never points at bytes that are not there yet.
+first, then blobs, then the model, then the manifest: a model never points at bytes that are not there yet.
 Publishing is serialized per directory and journaled, so a kill between two renames is completed by
 the next run instead of leaving a mix of two outputs.
+
+Replacing an output (`--force`, `--if-changed`) is atomic for readers too: every file a graph references has
+its own digest in its name (naming.content_addressed), so the new generation's files never take a name the
+old graph uses, and the model file is replaced by one rename. The previous generation's files are removed
+only after the new model and manifest are in place. A reader that opened the old graph therefore finds the
+old bytes, or (once they are removed) no file: its load fails cleanly, never with new bytes under an old graph.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import secrets
 import shutil
 from collections.abc import Iterator
@@ -21,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.errors import OutputError, output_error
-from ortcompile.naming import OutputNames
+from ortcompile.naming import MANIFEST_SUFFIX, OutputNames, carries_digest
 from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.paths import is_plain_name
 
@@ -68,6 +75,48 @@ def previous_outputs(output_dir: Path, names: OutputNames) -> list[str]:
     return sorted(set(found))
 
 
+def superseded(output_dir: Path, names: list[OutputNames], published: list[str]) -> list[str]:
+    """What to remove once `published` is in place: the files the previous manifests of `names` list that are not
+    published again and that ortcompile named (each carries its own digest, or has a name ortcompile gave before
+    names were content-addressed). Never a file another output in the directory still lists, nor anything else."""
+    if not names:
+        return []
+    kept = set(published) | _listed_by_others(output_dir, names)
+    found: set[str] = set()
+    for output in names:
+        manifest_path = output_dir / output.manifest
+        if not manifest_path.is_file():
+            continue
+        try:
+            manifest = Manifest.load(manifest_path)
+        except ManifestError:
+            continue  # its files cannot be told from anyone else's: leave them
+        found |= {f.name for f in manifest.files if f.role != "model" and (carries_digest(f.name, f.sha256) or _legacy_name(f.name, f.role, output))}
+    return sorted(found - kept)
+
+
+def _legacy_name(name: str, role: str, names: OutputNames) -> bool:
+    """Data and blob names published before content addressing: `<model>.data[.N]`, `<stem>_shared.data[.N]`, and
+    the EP's own `<model base>_*` blob names."""
+    if role == "data":
+        return bool(re.fullmatch(rf"(?:{re.escape(names.model)}|.+_shared)\.data(?:\.[0-9]+)?", name))
+    return role == "ep_context" and name.startswith(f"{names.base}_")
+
+
+def _listed_by_others(output_dir: Path, names: list[OutputNames]) -> set[str]:
+    """Every file the other manifests in the directory list (a batch's shared data, another model's files)."""
+    ours = {n.manifest for n in names}
+    listed: set[str] = set()
+    for path in output_dir.glob(f"*{MANIFEST_SUFFIX}"):
+        if path.name in ours:
+            continue
+        try:
+            listed |= {path.name, *Manifest.load(path).names()}
+        except ManifestError:
+            continue
+    return listed
+
+
 def already_exists(output_dir: Path, names: OutputNames, existing: list[str]) -> str:
     """Name the model (what the user asked for), not whichever of its files sorts first."""
     shown = names.model if names.model in existing or names.manifest in existing else existing[0]
@@ -81,7 +130,7 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
     out = output_dir.resolve()
     for path in inputs:
         resolved = path.resolve()
-        # Data files (<stem>_ctx.onnx.data[.N]) and EP blobs (<stem>_ctx_*) are named only once staged.
+        # Data files (<stem>_ctx.<digest>.data[.N]) and EP blobs (<stem>_ctx_*) are named only once staged.
         ours = resolved.parent == out and resolved.name.startswith(names.base)
         if resolved in targets or ours:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
@@ -201,7 +250,8 @@ class Staging:
         shutil.rmtree(self.path, ignore_errors=True)
 
     def publish(self, ordered_names: list[str], names: OutputNames | list[OutputNames], force: bool, inputs: list[Path] = ()) -> None:  # type: ignore[assignment]
-        """Move staged files into place in order (data, model, manifest), then drop outputs no longer produced.
+        """Move staged files into place in order (data, blobs, model, manifest), then drop the previous generation's
+        files the new one does not use (`superseded`).
 
         Under the directory lock: recover killed publishes first, re-check --force (another process may
         have published since we started), then commit a journal so a kill mid-rename is finished later.
@@ -210,12 +260,13 @@ class Staging:
             with directory_lock(self.output_dir):
                 remove_stale_stages(self.output_dir)
                 _refuse_overwriting_inputs(self.output_dir, ordered_names, inputs)
-                existing = sorted({f for n in (names if isinstance(names, list) else [names]) for f in previous_outputs(self.output_dir, n)})
+                outputs = names if isinstance(names, list) else [names]
+                existing = sorted({f for n in outputs for f in previous_outputs(self.output_dir, n)})
                 clashing = [n for n in ordered_names if (self.output_dir / n).exists() or (self.output_dir / n).is_symlink()]
                 if (existing or clashing) and not force:
                     raise OutputError(f"{self.output_dir / (existing or clashing)[0]} already exists; replace it with --force "
                                       "(CompileOptions(force=True) from Python)")
-                journal = {"move": ordered_names, "delete": [n for n in existing if n not in ordered_names]}
+                journal = {"move": ordered_names, "delete": superseded(self.output_dir, outputs, ordered_names)}
                 _write_journal(self.path, journal)
                 self._apply_or_roll_back(journal)
         except OSError as exc:
