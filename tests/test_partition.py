@@ -20,10 +20,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 try:
     from bigmodel import write_qnn_model
-    from helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+    from helpers import FIXTURES, assert_one_line_error, cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
 except ImportError:  # pragma: no cover
     from tests.bigmodel import write_qnn_model
-    from tests.helpers import cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
+    from tests.helpers import FIXTURES, assert_one_line_error, cpu_session, qnn_session, run_cli, seeded_inputs, snapshot
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -211,3 +211,36 @@ def test_partition_usage_errors(chain: Path, tmp_path: Path, args: list[str], ne
     proc = run_cli("compile", chain, "-o", tmp_path / "out", "--ep", "qnn", *args)
     assert proc.returncode == 2 and needle in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_share_weights_with_partition_is_refused(tmp_path: Path) -> None:
+    """A --share-weights batch compiles each model whole: with --partition it would record a budget it never applied."""
+    models = [shutil.copyfile(FIXTURES / n, tmp_path / n) for n in ("mlp.onnx", "split.onnx")]
+    for option in (["--partition", "1KiB"], ["--max-context-size", "1MiB"]):
+        proc = run_cli("compile", *models, "-o", tmp_path / "out", "--ep", "cpu", "--share-weights", *option)
+        assert proc.returncode == 2, proc.stderr
+        assert_one_line_error(proc.stderr, "--share-weights compiles each model whole: it cannot be combined with --partition")
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["compile", "split"])
+def test_partition_of_a_dynamic_model_without_pins_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    """Exit 2 and the pins to add, as everywhere else a model's dynamic dims stop a compile (pass-through included)."""
+    model = shutil.copyfile(FIXTURES / "dynamic.onnx", tmp_path / "dynamic.onnx")
+    proc = run_cli(command, model, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "1KiB")
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line_error(proc.stderr, "these inputs are still dynamic: x[batch,256]; add --fix-dim batch=N")
+    assert not (tmp_path / "out").exists()
+    pinned = run_cli(command, model, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "1KiB", "--fix-dim", "batch=2", "-q")
+    assert pinned.returncode == 0, pinned.stderr
+
+
+def test_a_wrong_input_is_refused_before_any_part_compiles(tmp_path: Path) -> None:
+    model = shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((1, 255), np.float32))  # the model's input is [1, 256]
+    proc = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--partition", "1KiB", "--verify", "--input", f"x={tmp_path / 'x.npy'}", "-v")
+    assert proc.returncode == 2, proc.stderr
+    assert "input 'x' (x.npy) has shape [1, 255], the model needs tensor(float)[1,256]" in proc.stderr.splitlines()[-1]
+    assert "compiling part" not in proc.stderr and "splitting" in proc.stderr
+    assert not (tmp_path / "out").exists()
+

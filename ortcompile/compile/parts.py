@@ -49,6 +49,7 @@ def available_memory() -> int:
 
 def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     """`--partition`: split into `staging_dir/.parts`, compile each part into `.parts_out`, stitch into `staging_dir`."""
+    from ortcompile.compile.job import given_inputs
     from ortcompile.compile.stitch import PartsPlan, StitchJob
 
     options = job.options
@@ -59,7 +60,7 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     clock = time.perf_counter()
     job.reporter.stage(f"splitting {job.source.path.name}")
     split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
-                        plan_record(job, None, parts_dir), link_sources=True)
+                        plan_record(job, None, parts_dir), link_sources=True, given=given_inputs(options) if options.inputs else None)
     job.timings["split"] = time.perf_counter() - clock
     job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {split.plan.budget >> 20} MiB of weights: "
                         + ", ".join(f"{p.weight_bytes >> 20} MiB" for p in split.plan.parts))

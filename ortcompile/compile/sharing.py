@@ -72,6 +72,8 @@ def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | 
     output_dir = Path(output_dir)
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
+    if options.partition is not None:  # a batch is compiled whole, as one unit: a part budget would be recorded, not applied
+        raise UsageError("--share-weights compiles each model whole: it cannot be combined with --partition or --max-context-size")
     options = dataclasses.replace(options, embed="never", share_weights=True)  # a shared blob belongs to several models
     jobs: list[CompileJob] = []
     try:

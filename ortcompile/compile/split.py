@@ -24,7 +24,7 @@ from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
 from ortcompile.compile.relayout import relayout_model
-from ortcompile.compile.shapes import Pins, apply_pins, value_dims
+from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.compile.source import SourceModel
 from ortcompile.errors import CompilationFailed, output_error
 from ortcompile.naming import strip_onnx
@@ -59,18 +59,24 @@ def skeleton_name(stem: str) -> str:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False) -> SplitResult:
+                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
 
     `link_sources` (--partition, whose parts never leave this machine): the parts read the source's own data files
     through hard links in `out_dir` instead of copies of their weights, when the filesystem allows it. The compiled
-    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too."""
+    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too.
+
+    `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
+    would check them after every part compiled."""
     import onnx
 
     from ortcompile.compile.stitch import write_plan
 
+    require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
     model = onnx.load_model(str(source.path), load_external_data=False)
+    if given:
+        _check_given(model, pins, frozen, given)
     if frozen:
         freeze_inputs(model, frozen)
     apply_pins(model, pins)
@@ -94,6 +100,27 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     except OSError as exc:
         raise output_error(exc, f"the parts in {out_dir}") from exc
     return SplitResult(out_dir, stem, plan, names)
+
+
+def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: dict[str, Any]) -> None:
+    """Refuse --input that does not fit the source's inputs (with the pins in place) now, not after every part compiled."""
+    from ortcompile.readback.feeds import make_feeds, specs_from_model
+
+    before = specs_from_model(model)  # frozen inputs are still inputs of the source: the check feeds them too
+    pinned = _interface_only(model)
+    apply_pins(pinned, pins)
+    after = {spec.name: spec for spec in specs_from_model(pinned)}
+    make_feeds([after.get(spec.name, spec) for spec in before], dims=pins.named, given=given)
+
+
+def _interface_only(model: Any) -> Any:
+    """A model of `model`'s interface only (no nodes, no weights): cheap to copy whatever the model's size."""
+    import onnx
+
+    interface = onnx.ModelProto()
+    interface.graph.input.extend(model.graph.input)
+    interface.graph.output.extend(model.graph.output)
+    return interface
 
 
 def _link_source_files(source: SourceModel, out_dir: Path, stem: str) -> dict[str, str] | None:
