@@ -10,6 +10,8 @@ import json
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -244,3 +246,34 @@ def test_a_wrong_input_is_refused_before_any_part_compiles(tmp_path: Path) -> No
     assert "compiling part" not in proc.stderr and "splitting" in proc.stderr
     assert not (tmp_path / "out").exists()
 
+
+
+def test_the_check_never_takes_a_spare_worker_a_parts_thread_started() -> None:
+    """A worker child dies (PR_SET_PDEATHSIG, SIGKILL) when the *thread* that started it ends, not the process. The
+    parts compile in pool threads, and a part's worker retiring starts the spare; taken by the stitched model's check
+    on the main thread, it was killed when the pool's threads ended: "crashed (SIGKILL) while running the compiled
+    dynamic_ctx.onnx" (seen twice in test_partition_of_a_dynamic_model_without_pins_is_a_usage_error)."""
+    from ortcompile.compile.worker import expect_more_workers, fresh_worker, retire_worker
+
+    fresh_worker("drained", None, False).close()  # whatever spare this process holds: the thread below starts the next
+    started, release = threading.Event(), threading.Event()
+
+    def part_thread() -> None:
+        expect_more_workers()
+        retire_worker(False)  # a part's worker retired: the spare starts, its life tied to this thread
+        started.set()
+        release.wait()
+
+    thread = threading.Thread(target=part_thread)
+    thread.start()
+    started.wait()
+    worker = fresh_worker("the check", None, False)
+    try:
+        assert worker.call("ok".format, doing="checking") == "ok"  # the child is up (and armed its death signal)
+        release.set()
+        thread.join()
+        time.sleep(0.2)
+        assert worker.call("ok".format, doing="checking") == "ok", "the worker outlives the part's thread"
+    finally:
+        release.set()
+        worker.close()
