@@ -7,6 +7,7 @@ at most 10 MiB of weights: 5 parts, stitched into one model that loads in one QN
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
@@ -132,14 +133,24 @@ def test_make_fragment_compiles_the_parts_in_parallel_and_stitches(chain: Path, 
 
 def test_stitch_refuses_missing_and_foreign_parts(chain: Path, tmp_path: Path) -> None:
     parts, compiled = tmp_path / "parts", tmp_path / "compiled"
-    _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", "20MiB", "--json"))
-    _json(run_cli("compile", parts / "chain.part00.onnx", "-o", compiled, "--ep", "qnn", "--allow-partial", "--json"))
+    _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", "20MiB", "--target", "sm8650", "--json"))
+    _json(run_cli("compile", parts / "chain.part00.onnx", "-o", compiled, "--ep", "qnn", "--target", "sm8650", "--allow-partial", "--json"))
     missing = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
-    assert missing.returncode == 2 and "part chain.part01.onnx is not compiled" in missing.stderr
-    _json(run_cli("compile", parts / "chain.part01.onnx", "-o", compiled, "--ep", "cpu", "--json"))
-    foreign = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
+    assert missing.returncode == 2
+    line = assert_one_line_error(missing.stderr, f"part chain.part01.onnx is not compiled: {compiled / 'chain.part01_ctx.onnx'} is missing")
+    command = shlex.split(line.split("; compile it with: ", 1)[1])  # the exact command, with the planned options: it works as given
+    assert command[:4] == ["ortcompile", "compile", str(parts / "chain.part01.onnx"), "-o"] and "sm8650" in command
+    for _ in range(4):  # the remaining parts, each compiled by the command the refusal gives, until stitch has them all
+        _json(run_cli(*command[1:], "--json"))
+        stitched = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out", "--json")
+        if stitched.returncode == 0:
+            break
+        command = shlex.split(assert_one_line_error(stitched.stderr, "is not compiled").split("; compile it with: ", 1)[1])
+    _json(stitched)
+    _json(run_cli("compile", parts / "chain.part01.onnx", "-o", compiled, "--ep", "cpu", "--force", "--json"))
+    foreign = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out2")
     assert foreign.returncode == 2 and "part chain.part01.onnx was not compiled as planned" in foreign.stderr
-    assert not (tmp_path / "out").exists(), "a refused stitch leaves no output directory"
+    assert not (tmp_path / "out2").exists(), "a refused stitch leaves no output directory"
     not_a_plan = run_cli("stitch", chain, "--parts", compiled, "-o", tmp_path / "out")
     assert not_a_plan.returncode == 3 and "not a parts plan written by ortcompile split" in not_a_plan.stderr
 

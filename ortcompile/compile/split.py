@@ -12,6 +12,7 @@ file), so splitting a model costs about its size in disk and little memory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -23,13 +24,15 @@ from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
+from ortcompile.compile.partsplan import PartsPlan, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.compile.source import SourceModel
-from ortcompile.errors import CompilationFailed, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
+from ortcompile.output.manifest import InputFile
 from ortcompile.paths import is_plain_name, model_dir
 from ortcompile.progress import Reporter, SilentReporter
 
@@ -46,18 +49,6 @@ class SplitResult:
         return self.directory / plan_file_name(self.stem)
 
 
-def part_name(stem: str, index: int) -> str:
-    return f"{stem}.part{index:02d}.onnx"
-
-
-def plan_file_name(stem: str) -> str:
-    return f"{stem}.parts.json"
-
-
-def skeleton_name(stem: str) -> str:
-    return f"{stem}.skeleton.onnx"
-
-
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
                 recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
@@ -65,13 +56,12 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
 
     `link_sources` (--partition, whose parts never leave this machine): the parts read the source's own data files
     through hard links in `out_dir` instead of copies of their weights, when the filesystem allows it. The compiled
-    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too.
+    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too. Such
+    a plan records no part digests (nothing else compiles those parts).
 
     `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
     would check them after every part compiled."""
     import onnx
-
-    from ortcompile.compile.stitch import write_plan
 
     require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
     model = onnx.load_model(str(source.path), load_external_data=False)
@@ -87,16 +77,20 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
         links = _link_source_files(source, out_dir, stem) if link_sources else None
+        part_files: list[list[InputFile]] | None = None if links is not None else []
         for part, name in zip(plan.parts, names):
             part_model = _part_model(model, part, types)
             if links is not None:
                 _point_at(part_model, links)
                 _write_bytes(out_dir / name, part_model.SerializeToString())
             else:
-                _write_part(part_model, model_dir(source.path), out_dir, name, layout)
+                assert part_files is not None
+                part_files.append(_write_part(part_model, model_dir(source.path), out_dir, name, layout))
         _write_bytes(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
         write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
-                                                    "skeleton": skeleton_name(stem), "dims": pins.named})
+                                                    "skeleton": skeleton_name(stem), "dims": pins.named,
+                                                    "part_files": None if part_files is None else
+                                                    [[{"name": f.name, "size": f.size, "sha256": f.sha256} for f in files] for files in part_files]})
     except OSError as exc:
         raise output_error(exc, f"the parts in {out_dir}") from exc
     return SplitResult(out_dir, stem, plan, names)
@@ -203,15 +197,17 @@ def _skeleton(model: Any, plan: PartitionPlan, types: dict[str, Any]) -> Any:
     return skeleton
 
 
-def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: LayoutPolicy) -> None:
+def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: LayoutPolicy) -> list[InputFile]:
+    """The part and its data files, with their sizes and sha256 (hashed as they are written): the part's identity."""
     data_pass = DataPass(FileSink(out_dir), name, DataLayout(layout))
     try:
         graph = relayout_model(model, base, data_pass)
     except BaseException:
         data_pass.abandon()
         raise
-    data_pass.finish()
+    data = data_pass.finish()
     _write_bytes(out_dir / name, graph)
+    return [InputFile(name, len(graph), hashlib.sha256(graph).hexdigest()), *(InputFile(f.name, f.size, f.sha256) for f in data)]
 
 
 def _write_bytes(path: Path, content: bytes) -> None:
@@ -270,9 +266,6 @@ class SplitJob:
 
 def _previous_split(plan: Path, files: list[str]) -> list[str]:
     """Files of an earlier split of the same model that this one does not write again (removed after --force)."""
-    from ortcompile.compile.stitch import PartsPlan
-    from ortcompile.errors import InvalidModel
-
     if not plan.is_file():
         return []
     try:
