@@ -1,13 +1,18 @@
-"""split / stitch against hostile and stale inputs (issue 18): the plan, the parts.
+"""split / stitch against hostile and stale inputs (issue 18): the Make fragment, `split --force`, the plan, the parts.
 
-Everything is real: stitch reads plans and compiled parts edited the way a careless user or an attacker would. The parts are the split fixture cut into 5 pass-through parts
+Everything is real: `make` and `make -n` run the fragment split wrote, stitch reads plans and compiled parts edited
+the way a careless user or an attacker would. The parts are the split fixture cut into 5 pass-through parts
 (`--ep cpu`, parts of at most 1 KiB of weights: seconds to compile); QNN where EP blobs matter.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +23,25 @@ import pytest
 from helpers import FIXTURES, assert_one_line_error, run_cli, sha256, snapshot
 from onnx import numpy_helper
 
+ORTCOMPILE = f"ORTCOMPILE={shlex.quote(sys.executable)} -m ortcompile"  # the interpreter under test, whatever PATH says
 SPLIT = ["--ep", "cpu", "--partition", "1KiB"]
+needs_make = pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 
 
 def _ok(proc: Any) -> Any:
     assert proc.returncode == 0, proc.stderr
     return proc
+
+
+def _make(cwd: Path, fragment: str, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(["make", "-f", fragment, *args, ORTCOMPILE], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "XDG_CACHE_HOME": str(cwd / "xdg-cache")})
+    print(f"$ make -f {fragment} {' '.join(args)} -> {proc.returncode}\n{proc.stdout}{proc.stderr}")
+    return proc
+
+
+def _files(root: Path) -> set[str]:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()}
 
 
 def _compile_parts(parts: Path, compiled: Path) -> None:
@@ -53,6 +71,61 @@ def work(built: Path, tmp_path: Path) -> Path:
 
 def _stitch(work: Path, *args: str) -> Any:
     return run_cli("stitch", work / "parts" / "split.parts.json", "--parts", work / "parts" / "compiled", "-o", work / "out", *args)
+
+
+# ---------------------------------------------------------------- the Make fragment (defect 3)
+
+
+@pytest.mark.parametrize(("option", "name"), [
+    ("model", "m`id>X`x.onnx"),
+    ("model", "m$(shell touch X).onnx"),
+    ("model", "m#1.onnx"),
+    ("model", "m%.onnx"),
+    ("model", "m:x.onnx"),
+    ("model", "m;touch X.onnx"),
+    ("model", "m'q.onnx"),
+    ("model", "m\ttab.onnx"),
+    ("model", "m\nline.onnx"),
+    ("-o", "p$(shell touch X)"),
+    ("-o", "p`touch X`"),
+    ("-o", "p#q"),
+    ("-o", "p:q"),
+    ("--stitch-output", "o$(shell touch X)"),
+    ("--stitch-output", "o;touch X"),
+], ids=lambda v: v.encode("unicode_escape").decode())
+def test_split_refuses_names_make_or_the_shell_would_read_as_syntax(tmp_path: Path, option: str, name: str) -> None:
+    model = tmp_path / "src" / (name if option == "model" else "m.onnx")
+    model.parent.mkdir()
+    shutil.copyfile(FIXTURES / "split.onnx", model)
+    out = tmp_path / (name if option == "-o" else "parts")
+    extra = ["--stitch-output", name] if option == "--stitch-output" else []
+    proc = run_cli("split", model, "-o", out, *SPLIT, *extra)
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line_error(proc.stderr, "the Make fragment cannot name it safely", "use a name of letters, digits, spaces and ._+,@/-")
+    assert _files(tmp_path) == {f"src/{model.name}"}, "refused before anything was written"
+
+
+@needs_make
+def test_fragment_with_spaces_and_a_hostile_ep_option_runs_under_make_and_make_n(tmp_path: Path) -> None:
+    """A space in -o and in the model's name works; an EP option holding Make and shell syntax reaches the compile
+    verbatim and runs nothing, under `make -n` (which expands $(shell ...)) as under `make`."""
+    (tmp_path / "src dir").mkdir()
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "src dir" / "my model.onnx")
+    value = "$(shell touch INJECTED1)`touch INJECTED2`$$(touch INJECTED3);touch INJECTED4 #c\\#d 'q' \"dq\" \\"
+    _ok(run_cli("split", "src dir/my model.onnx", "-o", "my parts", *SPLIT, "--ep-option", f"x={value}", "-q", cwd=tmp_path))
+    fragment = "my parts/my model.parts.mk"
+
+    dry = _make(tmp_path, fragment, "-n")
+    assert dry.returncode == 0 and dry.stdout.count("-m ortcompile compile") == 5
+    assert not list(tmp_path.rglob("INJECTED*")) and not (tmp_path / "my parts" / "compiled").exists()
+
+    assert _make(tmp_path, fragment, "-j", "2").returncode == 0
+    assert not list(tmp_path.rglob("INJECTED*"))
+    stitched = tmp_path / "my parts" / "stitched"
+    assert (stitched / "my model_ctx.onnx").is_file()
+    manifest = json.loads((tmp_path / "my parts" / "compiled" / "my model.part03_ctx.manifest.json").read_text())
+    assert manifest["options"]["ep_options"] == {"x": value}, "the shell got the option exactly as given"
+    assert "ortcompile" not in _make(tmp_path, fragment).stdout, "nothing to do the second time"
 
 
 # ---------------------------------------------------------------- stale and tampered parts (defects 6, 7)

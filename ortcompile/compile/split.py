@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
+from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
@@ -217,22 +216,24 @@ def _write_bytes(path: Path, content: bytes) -> None:
         os.fsync(stream.fileno())
 
 
-def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str = "out",
+def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str | None = None,
              reporter: Reporter | None = None) -> SplitResult:
     """`ortcompile split`: the parts of a model, its plan and a Make fragment, published into `out_dir` atomically.
 
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
-    each part with them and stitches into `stitch_output`."""
+    each part with them and stitches into `stitch_output` (None: `stitched/` in `out_dir`)."""
     from ortcompile.compile.job import plan_source
     from ortcompile.compile.parts import part_budget, part_options, plan_record
     from ortcompile.output.digest import digest_inputs
     from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
 
     reporter = reporter or SilentReporter()
+    out = Path(out_dir)
+    args = part_cli_args(part_options(options))
+    make_fragment(out, strip_onnx(Path(source_path).name), 0, args, stitch_output)  # names Make cannot carry: refused before any work
     reporter.stage("reading model")
     source, ep, pins, require = plan_source(Path(source_path), options)
     job = SplitJob(source, ep, options, require)
-    out = Path(out_dir)
     created = prepare_output_dir(out)
     try:
         digest = digest_inputs(source.path.absolute(), source.external_files)
@@ -240,11 +241,12 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
             reporter.stage(f"splitting {source.path.name}")
             staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(job, digest, out))
             result = SplitResult(out, staged.stem, staged.plan, staged.parts)
-            args = part_cli_args(part_options(options))
-            _write_bytes(staging.path / fragment_name(result.stem), make_fragment(result, args, stitch_output).encode())
+            fragment = make_fragment(out, result.stem, len(result.parts), args, stitch_output)
+            _write_bytes(staging.path / fragment_name(result.stem), fragment.encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
+            inputs = [source.path, *source.external_files]
             stale = _previous_split(out / plan_file_name(result.stem), files)
-            staging.publish(files, [], options.force, [source.path, *source.external_files])
+            staging.publish(files, [], options.force, inputs)
         for name in stale:
             (out / name).unlink(missing_ok=True)
     except BaseException:
@@ -276,10 +278,6 @@ def _previous_split(plan: Path, files: list[str]) -> list[str]:
     return [n for n in named if n not in files and is_plain_name(n)]
 
 
-def fragment_name(stem: str) -> str:
-    return f"{stem}.parts.mk"
-
-
 def part_cli_args(options: CompileOptions) -> list[str]:
     """The `ortcompile compile` arguments that compile a part as `--partition` does (what shapes the output)."""
     layout = options.layout
@@ -293,20 +291,3 @@ def part_cli_args(options: CompileOptions) -> list[str]:
     if options.require_compiled is not None:
         args.append("--require-compiled" if options.require_compiled else "--allow-partial")
     return args
-
-
-def make_fragment(result: SplitResult, compile_args: list[str], stitch_output: str) -> str:
-    """A Make fragment: one rule per part (`make -j`, or a build farm), then the stitch. Paths are as split was given
-    them (relative ones from the directory split ran in); the variables can be overridden."""
-    var = re.sub(r"[^A-Za-z0-9]", "_", result.stem).upper()
-    quoted = " ".join(shlex.quote(a) for a in compile_args)
-    compiled = [f"$({var}_COMPILED)/{strip_onnx(name)}_ctx.onnx" for name in result.parts]
-    lines = [f"# Written by ortcompile split: {len(result.parts)} parts of {result.stem}.",
-             f"# make -f {shlex.quote(str(result.directory / fragment_name(result.stem)))} -j N  compiles the parts N at a time, then stitches.",
-             "ORTCOMPILE ?= ortcompile", f"{var}_PARTS ?= {result.directory}", f"{var}_COMPILED ?= $({var}_PARTS)/compiled", f"{var}_OUTPUT ?= {stitch_output}",
-             f"{var}_COMPILE_ARGS ?= {quoted}", "",
-             f"$({var}_OUTPUT)/{result.stem}_ctx.onnx: {' '.join(compiled)}",
-             f"\t$(ORTCOMPILE) stitch $({var}_PARTS)/{plan_file_name(result.stem)} --parts $({var}_COMPILED) -o $({var}_OUTPUT) --force -q", ""]
-    for name, target in zip(result.parts, compiled):
-        lines += [f"{target}: $({var}_PARTS)/{name}", f"\t$(ORTCOMPILE) compile $< -o $({var}_COMPILED) --force -q $({var}_COMPILE_ARGS)", ""]
-    return "\n".join(lines)

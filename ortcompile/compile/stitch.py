@@ -29,17 +29,17 @@ from ortcompile.compile.epstep import EpRequest, EpStepOutput
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partcheck import CompiledPart, PartVerifier
-from ortcompile.compile.partsplan import PartsPlan
+from ortcompile.compile.partsplan import PartsPlan, is_part_file
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.sharing import SharedDataPass
-from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
 from ortcompile.options import CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest, hash_file
-from ortcompile.output.manifest import Manifest
-from ortcompile.output.publish import Staging, remove_created_dirs
+from ortcompile.output.manifest import Manifest, ManifestError
+from ortcompile.output.publish import Staging, previous_outputs, remove_created_dirs
 from ortcompile.paths import UnsafePath, resolve_inside
 from ortcompile.progress import Reporter, SilentReporter
 
@@ -74,10 +74,12 @@ class StitchJob:
 
     @classmethod
     def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,
-                    ep_library: str | None, reporter: Reporter) -> StitchJob:
+                    ep_library: str | None, reporter: Reporter, replace_stitched: bool = False) -> StitchJob:
         """`ortcompile stitch`: every check that can fail before work starts."""
         plan = PartsPlan.load(plan_path)
         names = OutputNames.for_source(plan.source)
+        if replace_stitched and not force:
+            force = _earlier_stitch(output_dir, names, plan)
         options = plan.compile_options(check=check, force=force, verify=verify, ep_library=ep_library)
         ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=ep_library, validate=True)
         source, missing = _source_at_hand(plan)
@@ -213,12 +215,16 @@ class StitchJob:
 
 def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str],
                  check: str = "auto", force: bool = False, verify: bool = False, ep_library: str | None = None,
-                 reporter: Reporter | None = None) -> CompileResult:
-    """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`."""
+                 reporter: Reporter | None = None, replace_stitched: bool = False) -> CompileResult:
+    """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`.
+
+    `replace_stitched` (the Make fragment's stitch): replace an earlier stitched output of this model, as `force`
+    would, but refuse any other output there."""
     from ortcompile.compile.job import Workers
 
     reporter = reporter or SilentReporter()
-    job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter)
+    job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter,
+                                replace_stitched)
     digest: Future[InputDigest] = Future()
     digest.set_result(job.plan.digest)
     try:
@@ -283,6 +289,23 @@ def _source_at_hand(plan: PartsPlan) -> tuple[Path | None, str]:
         if path.stat().st_size != size or hash_file(path).sha256 != sha256:
             return None, f"{path} is not the model split read (it changed since)"
     return path, ""
+
+
+def _earlier_stitch(output_dir: Path, names: OutputNames, plan: PartsPlan) -> bool:
+    """--replace-stitched: whether what `output_dir` holds of this model is an earlier stitch of it (a model of
+    this source's parts), which it replaces; any other output there is refused, as without --force."""
+    if not previous_outputs(output_dir, names):
+        return False
+    try:
+        manifest = Manifest.load(output_dir / names.manifest)
+    except ManifestError:
+        manifest = None
+    parts = manifest.parts if manifest is not None else None
+    if manifest is None or manifest.model != names.model or not parts or \
+            not all(isinstance(p, dict) and isinstance(p.get("model"), str) and is_part_file(plan.stem, p["model"]) for p in parts):
+        raise OutputError(f"{output_dir / names.model} already exists and is not a stitched {plan.source}: --replace-stitched replaces "
+                          "only an earlier stitch; choose another -o, or replace it with --force")
+    return True
 
 
 def _add_types(stitched: Any, part: Any) -> None:
