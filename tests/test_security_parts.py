@@ -128,6 +128,42 @@ def test_fragment_with_spaces_and_a_hostile_ep_option_runs_under_make_and_make_n
     assert "ortcompile" not in _make(tmp_path, fragment).stdout, "nothing to do the second time"
 
 
+# ---------------------------------------------------------------- split --force (defect 5)
+
+
+def test_split_force_removes_only_unchanged_parts_its_own_plan_proves_it_wrote(tmp_path: Path) -> None:
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    source = parts / "split.onnx"  # the source beside its parts: a plan naming it must not get it deleted
+    shutil.copyfile(FIXTURES / "split.onnx", source)
+    (parts / "keep.txt").write_text("unrelated")
+    _ok(run_cli("split", source, "-o", parts, *SPLIT, "-q"))
+    plan_path = parts / "split.parts.json"
+    plan = json.loads(plan_path.read_text())
+    assert len(plan["parts"]) == 5
+    # a hand-edited (or hostile) plan: the input model and an unrelated file listed among the parts and their files
+    hostile = ["split.onnx", "keep.txt"]
+    plan["parts"] += hostile
+    plan.get("part_files", [[]])[-1].extend({"name": n, "size": (parts / n).stat().st_size, "sha256": sha256(parts / n)} for n in hostile)
+    plan_path.write_text(json.dumps(plan))
+    rejected = run_cli("split", source, "-o", parts, "--ep", "cpu", "--partition", "1GiB", "--force", "-q")
+    assert rejected.returncode == 0, rejected.stderr
+    left = {p.name for p in parts.iterdir()}
+    assert {"split.onnx", "keep.txt"} <= left and sha256(source) == sha256(FIXTURES / "split.onnx")
+    assert "split.part04.onnx" in left, "a plan that is not what split writes proves nothing: nothing it names is removed"
+
+    # the plan split wrote: its unchanged parts go, the edited file and everything else stays
+    shutil.rmtree(parts)
+    parts.mkdir()
+    shutil.copyfile(FIXTURES / "split.onnx", source)
+    (parts / "keep.txt").write_text("unrelated")
+    _ok(run_cli("split", source, "-o", parts, *SPLIT, "-q"))
+    (parts / "split.part02.onnx.data").write_bytes(b"edited by hand")  # changed since the split wrote it: kept
+    _ok(run_cli("split", source, "-o", parts, "--ep", "cpu", "--partition", "1GiB", "--force", "-q"))
+    assert sorted(p.name for p in parts.iterdir()) == ["keep.txt", "split.onnx", "split.part00.onnx", "split.part00.onnx.data",
+                                                       "split.part02.onnx.data", "split.parts.json", "split.parts.mk", "split.skeleton.onnx"]
+
+
 # ---------------------------------------------------------------- stale and tampered parts (defects 6, 7)
 
 

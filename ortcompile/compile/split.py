@@ -23,7 +23,7 @@ from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
-from ortcompile.compile.partsplan import PartsPlan, part_name, plan_file_name, skeleton_name, write_plan
+from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.compile.source import SourceModel
@@ -31,8 +31,9 @@ from ortcompile.errors import CompilationFailed, InvalidModel, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
+from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import InputFile
-from ortcompile.paths import is_plain_name, model_dir
+from ortcompile.paths import model_dir
 from ortcompile.progress import Reporter, SilentReporter
 
 
@@ -245,7 +246,7 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
             _write_bytes(staging.path / fragment_name(result.stem), fragment.encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
             inputs = [source.path, *source.external_files]
-            stale = _previous_split(out / plan_file_name(result.stem), files)
+            stale = _previous_split(out, result.stem, files, inputs) if options.force else []
             staging.publish(files, [], options.force, inputs)
         for name in stale:
             (out / name).unlink(missing_ok=True)
@@ -266,16 +267,32 @@ class SplitJob:
     require_compiled: bool
 
 
-def _previous_split(plan: Path, files: list[str]) -> list[str]:
-    """Files of an earlier split of the same model that this one does not write again (removed after --force)."""
+def _previous_split(out: Path, stem: str, files: list[str], inputs: list[Path]) -> list[str]:
+    """Files of an earlier split of this model that this one does not write again (removed after --force): only
+    what that split's plan proves it wrote. A name counts when the plan records it with its size and sha256, it
+    follows the parts' naming scheme, it is no input of this split (not even a hard link to one), and its bytes are
+    still the ones recorded; whatever else a hand-edited plan names stays."""
+    plan = out / plan_file_name(stem)
     if not plan.is_file():
         return []
     try:
         old = PartsPlan.load(plan)
     except InvalidModel:
         return []
-    named = [*old.parts, *(f"{p}.data" for p in old.parts)]
-    return [n for n in named if n not in files and is_plain_name(n)]
+    if old.stem != stem or old.part_files is None:
+        return []
+    protected = {(st.st_dev, st.st_ino) for st in (p.stat() for p in inputs if p.exists())}
+    stale = []
+    for entry in (f for part in old.part_files for f in part):
+        path = out / entry.name
+        if entry.name in files or not is_part_file(stem, entry.name) or path.is_symlink() or not path.is_file():
+            continue
+        status = path.stat()
+        if (status.st_dev, status.st_ino) in protected or status.st_size != entry.size:
+            continue
+        if hash_file(path).sha256 == entry.sha256:
+            stale.append(entry.name)
+    return stale
 
 
 def part_cli_args(options: CompileOptions) -> list[str]:
