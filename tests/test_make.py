@@ -20,7 +20,7 @@ from pathlib import Path
 
 import onnx
 import pytest
-from helpers import FIXTURES, REPO, run_cli
+from helpers import FIXTURES, REPO, run_cli, without_digest
 
 from ortcompile.errors import OutputError
 from ortcompile.output.incremental import make_escape
@@ -367,3 +367,38 @@ def test_ci_script_passes_fix_dims_and_stops_with_exit_2_without_them(tmp_path: 
     assert fixed.returncode == 0, fixed.stderr
     verify_report = json.loads((tmp_path / "art" / "reports" / "verify.json").read_text())
     assert verify_report["ok"] is True and verify_report["dims"] == {"batch": 1}
+
+
+# ---------------------------------------------------------------- split's Make fragment
+
+
+def test_split_fragment_stitches_beside_the_parts_and_never_over_another_output(tmp_path: Path) -> None:
+    """The fragment's stitch goes into the parts directory (`parts/stitched/`), replacing only its own earlier stitch;
+    pointed (--stitch-output) at an earlier compile's output, it refuses instead of forcing over it."""
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    assert run_cli("compile", "split.onnx", "-o", "out", "--ep", "cpu", "-q", cwd=tmp_path).returncode == 0
+    earlier = state(tmp_path / "out")
+    split = ["split", "split.onnx", "--ep", "cpu", "--partition", "1KiB", "-q"]
+    assert run_cli(*split, "-o", "parts", cwd=tmp_path).returncode == 0
+
+    def run_make(fragment: str) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(["make", "-f", fragment, "-j", "2", f"ORTCOMPILE={ORTCOMPILE}"], cwd=tmp_path, env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=600)
+        print(proc.stdout + proc.stderr)
+        return proc
+
+    assert run_make("parts/split.parts.mk").returncode == 0
+    stitched = tmp_path / "parts" / "stitched"
+    first = state(stitched)
+    assert sorted(without_digest(n) for n in first) == ["split_ctx.data", "split_ctx.manifest.json", "split_ctx.onnx"]
+    bump_mtime(tmp_path / "parts" / "split.part02.onnx")  # a part rebuilt: make stitches again, over its own output
+    again = run_make("parts/split.parts.mk")
+    assert again.returncode == 0 and "-m ortcompile stitch" in again.stdout
+    assert state(stitched)["split_ctx.onnx"][0] != first["split_ctx.onnx"][0], "republished"
+    assert state(tmp_path / "out") == earlier
+
+    assert run_cli(*split, "-o", "parts2", "--stitch-output", "out", cwd=tmp_path).returncode == 0
+    refused = run_make("parts2/split.parts.mk")
+    assert refused.returncode != 0
+    assert "out/split_ctx.onnx already exists and is not a stitched split.onnx: --replace-stitched replaces only an earlier stitch" in refused.stderr
+    assert state(tmp_path / "out") == earlier, "the earlier compile's output is untouched"

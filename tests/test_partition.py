@@ -7,9 +7,12 @@ at most 10 MiB of weights: 5 parts, stitched into one model that loads in one QN
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +23,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 try:
     from bigmodel import write_qnn_model
-    from helpers import cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
+    from helpers import FIXTURES, assert_one_line_error, cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
 except ImportError:  # pragma: no cover
     from tests.bigmodel import write_qnn_model
-    from tests.helpers import cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
+    from tests.helpers import FIXTURES, assert_one_line_error, cpu_session, published, qnn_session, run_cli, seeded_inputs, snapshot
 
 pytest.importorskip("onnxruntime_qnn")
 
@@ -130,14 +133,24 @@ def test_make_fragment_compiles_the_parts_in_parallel_and_stitches(chain: Path, 
 
 def test_stitch_refuses_missing_and_foreign_parts(chain: Path, tmp_path: Path) -> None:
     parts, compiled = tmp_path / "parts", tmp_path / "compiled"
-    _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", "20MiB", "--json"))
-    _json(run_cli("compile", parts / "chain.part00.onnx", "-o", compiled, "--ep", "qnn", "--allow-partial", "--json"))
+    _json(run_cli("split", chain, "-o", parts, "--ep", "qnn", "--partition", "20MiB", "--target", "sm8650", "--json"))
+    _json(run_cli("compile", parts / "chain.part00.onnx", "-o", compiled, "--ep", "qnn", "--target", "sm8650", "--allow-partial", "--json"))
     missing = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
-    assert missing.returncode == 2 and "part chain.part01.onnx is not compiled" in missing.stderr
-    _json(run_cli("compile", parts / "chain.part01.onnx", "-o", compiled, "--ep", "cpu", "--json"))
-    foreign = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out")
+    assert missing.returncode == 2
+    line = assert_one_line_error(missing.stderr, f"part chain.part01.onnx is not compiled: {compiled / 'chain.part01_ctx.onnx'} is missing")
+    command = shlex.split(line.split("; compile it with: ", 1)[1])  # the exact command, with the planned options: it works as given
+    assert command[:4] == ["ortcompile", "compile", str(parts / "chain.part01.onnx"), "-o"] and "sm8650" in command
+    for _ in range(4):  # the remaining parts, each compiled by the command the refusal gives, until stitch has them all
+        _json(run_cli(*command[1:], "--json"))
+        stitched = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out", "--json")
+        if stitched.returncode == 0:
+            break
+        command = shlex.split(assert_one_line_error(stitched.stderr, "is not compiled").split("; compile it with: ", 1)[1])
+    _json(stitched)
+    _json(run_cli("compile", parts / "chain.part01.onnx", "-o", compiled, "--ep", "cpu", "--force", "--json"))
+    foreign = run_cli("stitch", parts / "chain.parts.json", "--parts", compiled, "-o", tmp_path / "out2")
     assert foreign.returncode == 2 and "part chain.part01.onnx was not compiled as planned" in foreign.stderr
-    assert not (tmp_path / "out").exists(), "a refused stitch leaves no output directory"
+    assert not (tmp_path / "out2").exists(), "a refused stitch leaves no output directory"
     not_a_plan = run_cli("stitch", chain, "--parts", compiled, "-o", tmp_path / "out")
     assert not_a_plan.returncode == 3 and "not a parts plan written by ortcompile split" in not_a_plan.stderr
 
@@ -211,3 +224,67 @@ def test_partition_usage_errors(chain: Path, tmp_path: Path, args: list[str], ne
     proc = run_cli("compile", chain, "-o", tmp_path / "out", "--ep", "qnn", *args)
     assert proc.returncode == 2 and needle in proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_share_weights_with_partition_is_refused(tmp_path: Path) -> None:
+    """A --share-weights batch compiles each model whole: with --partition it would record a budget it never applied."""
+    models = [shutil.copyfile(FIXTURES / n, tmp_path / n) for n in ("mlp.onnx", "split.onnx")]
+    for option in (["--partition", "1KiB"], ["--max-context-size", "1MiB"]):
+        proc = run_cli("compile", *models, "-o", tmp_path / "out", "--ep", "cpu", "--share-weights", *option)
+        assert proc.returncode == 2, proc.stderr
+        assert_one_line_error(proc.stderr, "--share-weights compiles each model whole: it cannot be combined with --partition")
+        assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["compile", "split"])
+def test_partition_of_a_dynamic_model_without_pins_is_a_usage_error(tmp_path: Path, command: str) -> None:
+    """Exit 2 and the pins to add, as everywhere else a model's dynamic dims stop a compile (pass-through included)."""
+    model = shutil.copyfile(FIXTURES / "dynamic.onnx", tmp_path / "dynamic.onnx")
+    proc = run_cli(command, model, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "1KiB")
+    assert proc.returncode == 2, proc.stderr
+    assert_one_line_error(proc.stderr, "these inputs are still dynamic: x[batch,256]; add --fix-dim batch=N")
+    assert not (tmp_path / "out").exists()
+    pinned = run_cli(command, model, "-o", tmp_path / "out", "--ep", "cpu", "--partition", "1KiB", "--fix-dim", "batch=2", "-q")
+    assert pinned.returncode == 0, pinned.stderr
+
+
+def test_a_wrong_input_is_refused_before_any_part_compiles(tmp_path: Path) -> None:
+    model = shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    np.save(tmp_path / "x.npy", np.zeros((1, 255), np.float32))  # the model's input is [1, 256]
+    proc = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--partition", "1KiB", "--verify", "--input", f"x={tmp_path / 'x.npy'}", "-v")
+    assert proc.returncode == 2, proc.stderr
+    assert "input 'x' (x.npy) has shape [1, 255], the model needs tensor(float)[1,256]" in proc.stderr.splitlines()[-1]
+    assert "compiling part" not in proc.stderr and "splitting" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+
+def test_the_check_never_takes_a_spare_worker_a_parts_thread_started() -> None:
+    """A worker child dies (PR_SET_PDEATHSIG, SIGKILL) when the *thread* that started it ends, not the process. The
+    parts compile in pool threads, and a part's worker retiring starts the spare; taken by the stitched model's check
+    on the main thread, it was killed when the pool's threads ended: "crashed (SIGKILL) while running the compiled
+    dynamic_ctx.onnx" (seen twice in test_partition_of_a_dynamic_model_without_pins_is_a_usage_error)."""
+    from ortcompile.compile.worker import expect_more_workers, fresh_worker, retire_worker
+
+    fresh_worker("drained", None, False).close()  # whatever spare this process holds: the thread below starts the next
+    started, release = threading.Event(), threading.Event()
+
+    def part_thread() -> None:
+        expect_more_workers()
+        retire_worker(False)  # a part's worker retired: the spare starts, its life tied to this thread
+        started.set()
+        release.wait()
+
+    thread = threading.Thread(target=part_thread)
+    thread.start()
+    started.wait()
+    worker = fresh_worker("the check", None, False)
+    try:
+        assert worker.call("ok".format, doing="checking") == "ok"  # the child is up (and armed its death signal)
+        release.set()
+        thread.join()
+        time.sleep(0.2)
+        assert worker.call("ok".format, doing="checking") == "ok", "the worker outlives the part's thread"
+    finally:
+        release.set()
+        worker.close()

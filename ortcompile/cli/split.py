@@ -14,16 +14,16 @@ from ortcompile.cli.shaping import configured, shaping_options, take_shaping
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the parts, the plan and the Make fragment.")
 @shaping_options
-@click.option("--stitch-output", default="out", show_default=True, help="Where the Make fragment's stitch writes the compiled model.")
+@click.option("--stitch-output", default=None, help="Where the Make fragment's stitch writes the compiled model [default: OUTPUT_DIR/stitched].")
 @click.option("--force", is_flag=True, help="Replace an earlier split of the same model.")
 @output_options
-def command(model: str, output_dir: str, stitch_output: str, force: bool, **rest: Any) -> None:
+def command(model: str, output_dir: str, stitch_output: str | None, force: bool, **rest: Any) -> None:
     """Split MODEL into parts of at most --partition bytes of weights (auto: the EP's graph limit) in OUTPUT_DIR.
 
     Each part is a standalone model: compile it with the same options ('ortcompile compile PART -o DIR ...'),
     then join them with 'ortcompile stitch OUTPUT_DIR/<stem>.parts.json --parts DIR -o OUT'. The result is
     byte-identical to 'ortcompile compile MODEL --partition ...'. OUTPUT_DIR/<stem>.parts.mk does all of it:
-    'make -f OUTPUT_DIR/<stem>.parts.mk -j N'.
+    'make -f OUTPUT_DIR/<stem>.parts.mk -j N' (into OUTPUT_DIR/stitched unless --stitch-output says otherwise).
     """
     from ortcompile.cli.render import human_size, plural
     from ortcompile.compile.split import plan_file_name, split_to

@@ -17,14 +17,16 @@ from ortcompile.cli.output import current, output_options
                    "(auto: run up to 1 GiB of weights).")
 @click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str), help="The plugin EP library the parts were compiled with.")
 @click.option("--force", is_flag=True, help="Replace an earlier output of the same model.")
+@click.option("--replace-stitched", is_flag=True, help="Replace an earlier stitched output of the same model (as make does); refuse any other.")
 @click.option("--verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
 @output_options
-def command(plan: str, parts_dir: str, output_dir: str, check_mode: str, ep_library: str | None, force: bool, verify: bool) -> None:
+def command(plan: str, parts_dir: str, output_dir: str, check_mode: str, ep_library: str | None, force: bool, replace_stitched: bool,
+            verify: bool) -> None:
     """Join the parts PLAN (a <stem>.parts.json written by split) lists, compiled into --parts, into OUTPUT_DIR."""
     from ortcompile.compile.stitch import stitch_model
     from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)
-    result = stitch_model(plan, parts_dir, output_dir, check_mode, force, verify, ep_library, out.reporter())
+    result = stitch_model(plan, parts_dir, output_dir, check_mode, force, verify, ep_library, out.reporter(), replace_stitched)
     out.result({"outputs": [result.to_json()]}, [summary_line(result)])

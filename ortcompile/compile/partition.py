@@ -41,9 +41,10 @@ class PartSpec:
 class PartitionPlan:
     budget: int
     parts: tuple[PartSpec, ...]
+    nodes: int  # the main graph's nodes, which the parts cover
 
     def to_json(self) -> dict[str, Any]:
-        return {"budget_bytes": self.budget, "parts": [p.to_json() for p in self.parts]}
+        return {"budget_bytes": self.budget, "nodes": self.nodes, "parts": [p.to_json() for p in self.parts]}
 
 
 def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> PartitionPlan:
@@ -63,7 +64,8 @@ def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> Par
             start, held = cut, set().union(*node_weights[cut : index])
         held |= weights
     bounds = list(zip([0, *cuts], [*cuts, len(graph.node)]))
-    return PartitionPlan(budget, tuple(_part(k, a, b, graph, reads, node_weights, weight_bytes, initializers) for k, (a, b) in enumerate(bounds)))
+    return PartitionPlan(budget, tuple(_part(k, a, b, graph, reads, node_weights, weight_bytes, initializers) for k, (a, b) in enumerate(bounds)),
+                         len(graph.node))
 
 
 def node_reads(node: Any) -> set[str]:

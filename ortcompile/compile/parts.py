@@ -18,7 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ortcompile.compile.split import SplitJob, SplitResult, split_model
+from ortcompile.compile.split import SplitJob, SplitResult, part_cli_args, split_model
 from ortcompile.compile.worker import reset_cancel
 from ortcompile.errors import CompilationFailed, OrtCompileError
 from ortcompile.native import proc_kib_field
@@ -49,7 +49,9 @@ def available_memory() -> int:
 
 def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     """`--partition`: split into `staging_dir/.parts`, compile each part into `.parts_out`, stitch into `staging_dir`."""
-    from ortcompile.compile.stitch import PartsPlan, StitchJob
+    from ortcompile.compile.job import given_inputs
+    from ortcompile.compile.partsplan import PartsPlan
+    from ortcompile.compile.stitch import StitchJob
 
     options = job.options
     assert options.partition is not None
@@ -59,7 +61,7 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     clock = time.perf_counter()
     job.reporter.stage(f"splitting {job.source.path.name}")
     split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
-                        plan_record(job, None, parts_dir), link_sources=True)
+                        plan_record(job, None, parts_dir), link_sources=True, given=given_inputs(options) if options.inputs else None)
     job.timings["split"] = time.perf_counter() - clock
     job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {split.plan.budget >> 20} MiB of weights: "
                         + ", ".join(f"{p.weight_bytes >> 20} MiB" for p in split.plan.parts))
@@ -69,7 +71,7 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     finally:
         reset_cancel()
     job.timings["compile"] = time.perf_counter() - clock
-    stitch = StitchJob(PartsPlan.load(split.plan_file), compiled_dir, job.output_dir, job.names, options, job.ep, job.source.path, job.reporter,
+    stitch = StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, job.output_dir, job.names, options, job.ep, job.source.path, job.reporter,
                        job.inputs, stamp_source=job.source.path, created_dirs=job.created_dirs, timings=job.timings, part_results=results)
     return stitch.build(staging_dir)
 
@@ -89,7 +91,8 @@ def plan_record(job: CompileJob | SplitJob, digest: InputDigest | None, parts_di
                                                   "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
             "source_ops": job.source.op_counts,
             "source_weight_bytes": job.source.weight_bytes,
-            "source_path": Path(os.path.relpath(job.source.path.absolute(), parts_dir.absolute())).as_posix()}
+            "source_path": Path(os.path.relpath(job.source.path.absolute(), parts_dir.absolute())).as_posix(),
+            "compile_args": part_cli_args(part_options(job.options))}
 
 
 def part_options(options: CompileOptions) -> CompileOptions:

@@ -77,6 +77,8 @@ def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | 
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
     chosen = _batch_options([Path(s) for s in sources], options)
+    if any(o.partition is not None for o in chosen):  # a batch is compiled whole, as one unit: a part budget would be recorded, not applied
+        raise UsageError("--share-weights compiles each model whole: it cannot be combined with --partition or --max-context-size")
     jobs: list[CompileJob] = []
     try:
         for source, model_options in zip(sources, chosen):

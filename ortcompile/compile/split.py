@@ -12,9 +12,8 @@ file), so splitting a model costs about its size in disk and little memory.
 
 from __future__ import annotations
 
+import hashlib
 import os
-import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,15 +21,19 @@ from typing import Any
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
+from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
+from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
-from ortcompile.compile.shapes import Pins, apply_pins, value_dims
+from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.compile.source import SourceModel
-from ortcompile.errors import CompilationFailed, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, output_error
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
-from ortcompile.paths import is_plain_name, model_dir
+from ortcompile.output.digest import hash_file
+from ortcompile.output.manifest import InputFile
+from ortcompile.paths import model_dir
 from ortcompile.progress import Reporter, SilentReporter
 
 
@@ -46,31 +49,24 @@ class SplitResult:
         return self.directory / plan_file_name(self.stem)
 
 
-def part_name(stem: str, index: int) -> str:
-    return f"{stem}.part{index:02d}.onnx"
-
-
-def plan_file_name(stem: str) -> str:
-    return f"{stem}.parts.json"
-
-
-def skeleton_name(stem: str) -> str:
-    return f"{stem}.skeleton.onnx"
-
-
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False) -> SplitResult:
+                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
 
     `link_sources` (--partition, whose parts never leave this machine): the parts read the source's own data files
     through hard links in `out_dir` instead of copies of their weights, when the filesystem allows it. The compiled
-    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too."""
+    parts are the same either way (a part's compile lays its weights out anew), so the stitched bytes are too. Such
+    a plan records no part digests (nothing else compiles those parts).
+
+    `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
+    would check them after every part compiled."""
     import onnx
 
-    from ortcompile.compile.stitch import write_plan
-
+    require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
     model = onnx.load_model(str(source.path), load_external_data=False)
+    if given:
+        _check_given(model, pins, frozen, given)
     if frozen:
         freeze_inputs(model, frozen)
     apply_pins(model, pins)
@@ -81,19 +77,44 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
         links = _link_source_files(source, out_dir, stem) if link_sources else None
+        part_files: list[list[InputFile]] | None = None if links is not None else []
         for part, name in zip(plan.parts, names):
             part_model = _part_model(model, part, types)
             if links is not None:
                 _point_at(part_model, links)
                 _write_bytes(out_dir / name, part_model.SerializeToString())
             else:
-                _write_part(part_model, model_dir(source.path), out_dir, name, layout)
+                assert part_files is not None
+                part_files.append(_write_part(part_model, model_dir(source.path), out_dir, name, layout))
         _write_bytes(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
         write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
-                                                    "skeleton": skeleton_name(stem), "dims": pins.named})
+                                                    "skeleton": skeleton_name(stem), "dims": pins.named,
+                                                    "part_files": None if part_files is None else
+                                                    [[{"name": f.name, "size": f.size, "sha256": f.sha256} for f in files] for files in part_files]})
     except OSError as exc:
         raise output_error(exc, f"the parts in {out_dir}") from exc
     return SplitResult(out_dir, stem, plan, names)
+
+
+def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: dict[str, Any]) -> None:
+    """Refuse --input that does not fit the source's inputs (with the pins in place) now, not after every part compiled."""
+    from ortcompile.readback.feeds import make_feeds, specs_from_model
+
+    before = specs_from_model(model)  # frozen inputs are still inputs of the source: the check feeds them too
+    pinned = _interface_only(model)
+    apply_pins(pinned, pins)
+    after = {spec.name: spec for spec in specs_from_model(pinned)}
+    make_feeds([after.get(spec.name, spec) for spec in before], dims=pins.named, given=given)
+
+
+def _interface_only(model: Any) -> Any:
+    """A model of `model`'s interface only (no nodes, no weights): cheap to copy whatever the model's size."""
+    import onnx
+
+    interface = onnx.ModelProto()
+    interface.graph.input.extend(model.graph.input)
+    interface.graph.output.extend(model.graph.output)
+    return interface
 
 
 def _link_source_files(source: SourceModel, out_dir: Path, stem: str) -> dict[str, str] | None:
@@ -176,15 +197,17 @@ def _skeleton(model: Any, plan: PartitionPlan, types: dict[str, Any]) -> Any:
     return skeleton
 
 
-def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: LayoutPolicy) -> None:
+def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: LayoutPolicy) -> list[InputFile]:
+    """The part and its data files, with their sizes and sha256 (hashed as they are written): the part's identity."""
     data_pass = DataPass(FileSink(out_dir), name, DataLayout(layout))
     try:
         graph = relayout_model(model, base, data_pass)
     except BaseException:
         data_pass.abandon()
         raise
-    data_pass.finish()
+    data = data_pass.finish()
     _write_bytes(out_dir / name, graph)
+    return [InputFile(name, len(graph), hashlib.sha256(graph).hexdigest()), *(InputFile(f.name, f.size, f.sha256) for f in data)]
 
 
 def _write_bytes(path: Path, content: bytes) -> None:
@@ -194,22 +217,24 @@ def _write_bytes(path: Path, content: bytes) -> None:
         os.fsync(stream.fileno())
 
 
-def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str = "out",
+def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str | None = None,
              reporter: Reporter | None = None) -> SplitResult:
     """`ortcompile split`: the parts of a model, its plan and a Make fragment, published into `out_dir` atomically.
 
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
-    each part with them and stitches into `stitch_output`."""
+    each part with them and stitches into `stitch_output` (None: `stitched/` in `out_dir`)."""
     from ortcompile.compile.job import plan_source
     from ortcompile.compile.parts import part_budget, part_options, plan_record
     from ortcompile.output.digest import digest_inputs
     from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
 
     reporter = reporter or SilentReporter()
+    out = Path(out_dir)
+    args = part_cli_args(part_options(options))
+    make_fragment(out, strip_onnx(Path(source_path).name), 0, args, stitch_output)  # names Make cannot carry: refused before any work
     reporter.stage("reading model")
     source, ep, pins, require = plan_source(Path(source_path), options)
     job = SplitJob(source, ep, options, require)
-    out = Path(out_dir)
     created = prepare_output_dir(out)
     try:
         digest = digest_inputs(source.path.absolute(), source.external_files)
@@ -217,11 +242,12 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
             reporter.stage(f"splitting {source.path.name}")
             staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(job, digest, out))
             result = SplitResult(out, staged.stem, staged.plan, staged.parts)
-            args = part_cli_args(part_options(options))
-            _write_bytes(staging.path / fragment_name(result.stem), make_fragment(result, args, stitch_output).encode())
+            fragment = make_fragment(out, result.stem, len(result.parts), args, stitch_output)
+            _write_bytes(staging.path / fragment_name(result.stem), fragment.encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
-            stale = _previous_split(out / plan_file_name(result.stem), files)
-            staging.publish(files, [], options.force, [source.path, *source.external_files])
+            inputs = [source.path, *source.external_files]
+            stale = _previous_split(out, result.stem, files, inputs) if options.force else []
+            staging.publish(files, [], options.force, inputs)
         for name in stale:
             (out / name).unlink(missing_ok=True)
     except BaseException:
@@ -241,23 +267,32 @@ class SplitJob:
     require_compiled: bool
 
 
-def _previous_split(plan: Path, files: list[str]) -> list[str]:
-    """Files of an earlier split of the same model that this one does not write again (removed after --force)."""
-    from ortcompile.compile.stitch import PartsPlan
-    from ortcompile.errors import InvalidModel
-
+def _previous_split(out: Path, stem: str, files: list[str], inputs: list[Path]) -> list[str]:
+    """Files of an earlier split of this model that this one does not write again (removed after --force): only
+    what that split's plan proves it wrote. A name counts when the plan records it with its size and sha256, it
+    follows the parts' naming scheme, it is no input of this split (not even a hard link to one), and its bytes are
+    still the ones recorded; whatever else a hand-edited plan names stays."""
+    plan = out / plan_file_name(stem)
     if not plan.is_file():
         return []
     try:
         old = PartsPlan.load(plan)
     except InvalidModel:
         return []
-    named = [*old.parts, *(f"{p}.data" for p in old.parts)]
-    return [n for n in named if n not in files and is_plain_name(n)]
-
-
-def fragment_name(stem: str) -> str:
-    return f"{stem}.parts.mk"
+    if old.stem != stem or old.part_files is None:
+        return []
+    protected = {(st.st_dev, st.st_ino) for st in (p.stat() for p in inputs if p.exists())}
+    stale = []
+    for entry in (f for part in old.part_files for f in part):
+        path = out / entry.name
+        if entry.name in files or not is_part_file(stem, entry.name) or path.is_symlink() or not path.is_file():
+            continue
+        status = path.stat()
+        if (status.st_dev, status.st_ino) in protected or status.st_size != entry.size:
+            continue
+        if hash_file(path).sha256 == entry.sha256:
+            stale.append(entry.name)
+    return stale
 
 
 def part_cli_args(options: CompileOptions) -> list[str]:
@@ -273,20 +308,3 @@ def part_cli_args(options: CompileOptions) -> list[str]:
     if options.require_compiled is not None:
         args.append("--require-compiled" if options.require_compiled else "--allow-partial")
     return args
-
-
-def make_fragment(result: SplitResult, compile_args: list[str], stitch_output: str) -> str:
-    """A Make fragment: one rule per part (`make -j`, or a build farm), then the stitch. Paths are as split was given
-    them (relative ones from the directory split ran in); the variables can be overridden."""
-    var = re.sub(r"[^A-Za-z0-9]", "_", result.stem).upper()
-    quoted = " ".join(shlex.quote(a) for a in compile_args)
-    compiled = [f"$({var}_COMPILED)/{strip_onnx(name)}_ctx.onnx" for name in result.parts]
-    lines = [f"# Written by ortcompile split: {len(result.parts)} parts of {result.stem}.",
-             f"# make -f {shlex.quote(str(result.directory / fragment_name(result.stem)))} -j N  compiles the parts N at a time, then stitches.",
-             "ORTCOMPILE ?= ortcompile", f"{var}_PARTS ?= {result.directory}", f"{var}_COMPILED ?= $({var}_PARTS)/compiled", f"{var}_OUTPUT ?= {stitch_output}",
-             f"{var}_COMPILE_ARGS ?= {quoted}", "",
-             f"$({var}_OUTPUT)/{result.stem}_ctx.onnx: {' '.join(compiled)}",
-             f"\t$(ORTCOMPILE) stitch $({var}_PARTS)/{plan_file_name(result.stem)} --parts $({var}_COMPILED) -o $({var}_OUTPUT) --force -q", ""]
-    for name, target in zip(result.parts, compiled):
-        lines += [f"{target}: $({var}_PARTS)/{name}", f"\t$(ORTCOMPILE) compile $< -o $({var}_COMPILED) --force -q $({var}_COMPILE_ARGS)", ""]
-    return "\n".join(lines)

@@ -5,7 +5,9 @@ needs them: "EPContext output arg ... type inference failed" without); the compi
 order (EPContext nodes and whatever stayed on the CPU EP) and their remaining weights. The weights go through the
 same data pass as every compile, deduplicated by content (a weight two parts read is stored once); each part's EP
 blob is linked (or copied) into the output under a name derived from the output model. Parts were compiled from
-distinct file names, so their EPContext nodes (named after a hash of that name) never collide.
+distinct file names, so their EPContext nodes (named after a hash of that name) never collide. Before any of
+its bytes are used, each compiled part is proved to be the planned one, compiled as planned and unchanged
+(partcheck.py); the plan itself is validated as it is read (partsplan.py).
 
 `StitchJob` is what `finish` checks, records and publishes: the manifest comes from the parts plan (the options
 and input digest recorded at the split), so `split` + `compile` per part + `stitch` gives the bytes `--partition` does.
@@ -13,7 +15,6 @@ and input digest recorded at the split), so `split` + `compile` per part + `stit
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -27,79 +28,26 @@ from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpRequest, EpStepOutput
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
+from ortcompile.compile.partcheck import CompiledPart, PartVerifier
+from ortcompile.compile.partsplan import PartsPlan, is_part_file
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.sharing import SharedDataPass
-from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
 from ortcompile.options import CompileOptions, CompileResult, effective_check
-from ortcompile.output.digest import InputDigest
+from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError
-from ortcompile.output.publish import Staging, remove_created_dirs
-from ortcompile.paths import resolve_inside
+from ortcompile.output.publish import Staging, previous_outputs, remove_created_dirs
+from ortcompile.paths import UnsafePath, resolve_inside
 from ortcompile.progress import Reporter, SilentReporter
 
 if TYPE_CHECKING:
     from ortcompile.compile.job import Workers
 
-PARTS_FORMAT = "ortcompile-parts/1"
 # A worker child with onnxruntime and the EP loaded, before it opens a model (measured ~300 MiB with QNN).
 CHECK_PROCESS_BYTES = 512 << 20
-
-
-@dataclass(frozen=True)
-class PartsPlan:
-    """The `<stem>.parts.json` split wrote: what stitch needs about the source and its parts."""
-
-    path: Path
-    source: str  # the source model's file name
-    source_path: str  # where it was, relative to the plan's directory (the check and --verify use it when it is still there)
-    parts: list[str]  # part model file names, in graph order
-    specs: list[dict[str, Any]]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
-    skeleton: str
-    digest: InputDigest
-    options: dict[str, Any]  # the output-shaping options, as the manifest records them
-    source_ops: dict[str, int]
-    dims: dict[str, int]  # the source's dims as pinned: the check feeds the source inputs of these shapes
-    budget_bytes: int  # the weights a part may hold, as split applied it (auto resolved)
-    weight_bytes: int  # the source's weights, each once (parts reading one weight list it each)
-
-    @property
-    def directory(self) -> Path:
-        return self.path.parent
-
-    @classmethod
-    def load(cls, path: Path) -> PartsPlan:
-        try:
-            document = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
-            raise InvalidModel(f"{path}: not a parts plan written by ortcompile split ({exc})") from None
-        found = document.get("format") if isinstance(document, dict) else None
-        if found != PARTS_FORMAT:
-            raise InvalidModel(f"{path}: not a parts plan written by ortcompile split (format {found!r}, expected {PARTS_FORMAT!r})")
-        try:
-            files = tuple((f["name"], f["size"], f["sha256"]) for f in (document["input"] or {"files": []})["files"])
-            return cls(path, document["source"], document["source_path"], list(document["parts"]), list(document["plan"]["parts"]),
-                       document["skeleton"], InputDigest(files), document["options"], document["source_ops"], document["dims"],
-                       document["plan"]["budget_bytes"], document["source_weight_bytes"])
-        except (KeyError, TypeError) as exc:
-            raise InvalidModel(f"{path}: a parts plan without {exc}: write it again with ortcompile split") from None
-
-    def compile_options(self, **overrides: Any) -> CompileOptions:
-        """The options the parts were planned with (what shapes the output), plus the caller's for finishing."""
-        recorded = self.options
-        return CompileOptions(ep=recorded["ep"], ep_options=eps.recorded_options(recorded["ep_options"], str(self.path)),  # no library
-                              layout=LayoutPolicy(**recorded["layout"]),
-                              embed=recorded["embed"], require_compiled=recorded["require_compiled"], target=recorded.get("target"),
-                              fix_dims=dict(recorded["fix_dims"]), freeze=dict(recorded.get("freeze", {})), **overrides)
-
-
-def write_plan(path: Path, document: dict[str, Any]) -> None:
-    with open(path, "x") as stream:
-        stream.write(json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
 
 
 @dataclass
@@ -122,22 +70,24 @@ class StitchJob:
     check_report: dict[str, Any] | None = None
     part_results: list[CompileResult] = field(default_factory=list)  # --partition: each part's compile
     part_manifests: list[Manifest] = field(default_factory=list)
+    source_missing: str = ""  # why `source` is None: the check loads only
 
     @classmethod
     def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,
-                    ep_library: str | None, reporter: Reporter) -> StitchJob:
+                    ep_library: str | None, reporter: Reporter, replace_stitched: bool = False) -> StitchJob:
         """`ortcompile stitch`: every check that can fail before work starts."""
         plan = PartsPlan.load(plan_path)
+        names = OutputNames.for_source(plan.source)
+        if replace_stitched and not force:
+            force = _earlier_stitch(output_dir, names, plan)
         options = plan.compile_options(check=check, force=force, verify=verify, ep_library=ep_library)
         ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=ep_library, validate=True)
-        source = plan.directory / plan.source_path
-        source = source if source.is_file() else None
+        source, missing = _source_at_hand(plan)
         if verify and source is None:
-            raise UsageError(f"--verify compares with the source, which is not at {plan.directory / plan.source_path} any more")
-        names = OutputNames.for_source(plan.source)
-        protected = [plan_path, *(compiled_dir / p for p in plan.parts), *([source] if source else [])]
+            raise UsageError(f"--verify compares with the source: {missing}")
+        protected = [plan_path, *(compiled_dir / OutputNames.for_source(p).model for p in plan.parts), *([source] if source else [])]
         created = open_destination(output_dir, names, force, protected, reporter)
-        return cls(plan, compiled_dir, output_dir, names, options, ep, source, reporter, protected, created_dirs=created)
+        return cls(plan, compiled_dir, output_dir, names, options, ep, source, reporter, protected, created_dirs=created, source_missing=missing)
 
     @property
     def inputs(self) -> list[Path]:
@@ -147,14 +97,18 @@ class StitchJob:
         """The stitched graph and its data in the stage (pass 2 included)."""
         clock = time.perf_counter()
         self.reporter.stage(f"stitching {len(self.plan.parts)} parts")
+        verifier = PartVerifier(verify=self.plan.part_files is not None, embed=self.options.embed)
         try:
-            step, self.part_manifests = stitch_parts(self.plan, self.compiled_dir, staging_dir, self.names, self.options.layout)
+            step, self.part_manifests = stitch_parts(self.plan, self.compiled_dir, staging_dir, self.names, self.options.layout, verifier)
             self.timings["stitch"] = time.perf_counter() - clock
             clock = time.perf_counter()
             self.reporter.stage("writing graph")
             files, graph = stage_graph(step, staging_dir, self.names.model, self.options.embed)
+            verifier.check_blobs([f for f, role in files if role == "ep_context"])
         except OSError as exc:
             raise output_error(exc, f"outputs in {self.output_dir}") from exc
+        finally:
+            verifier.close()
         self.timings["graph_pass"] = time.perf_counter() - clock
         if self.ep.info.compiles and graph.epcontext_nodes == 0 and self.plan.options["require_compiled"]:
             raise CompilationFailed(f"{self.plan.source}: {self.ep.info.short_name} took no node of any part; "
@@ -168,7 +122,7 @@ class StitchJob:
 
         mode = effective_check(self.options.check, self.plan.weight_bytes)
         if mode == "run" and self.source is None:
-            self.reporter.detail(f"check: the source is not at {self.plan.directory / self.plan.source_path}: loading the output only")
+            self.reporter.detail(f"check: {self.source_missing}: loading the output only")
             mode = "load"
         if mode == "none":
             return {"mode": "none", "passed": None}
@@ -261,12 +215,16 @@ class StitchJob:
 
 def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str],
                  check: str = "auto", force: bool = False, verify: bool = False, ep_library: str | None = None,
-                 reporter: Reporter | None = None) -> CompileResult:
-    """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`."""
+                 reporter: Reporter | None = None, replace_stitched: bool = False) -> CompileResult:
+    """`ortcompile stitch`: join the parts `split` planned, compiled into `compiled_dir`, into one model in `output_dir`.
+
+    `replace_stitched` (the Make fragment's stitch): replace an earlier stitched output of this model, as `force`
+    would, but refuse any other output there."""
     from ortcompile.compile.job import Workers
 
     reporter = reporter or SilentReporter()
-    job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter)
+    job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter,
+                                replace_stitched)
     digest: Future[InputDigest] = Future()
     digest.set_result(job.plan.digest)
     try:
@@ -278,29 +236,76 @@ def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathL
         raise
 
 
-def stitch_parts(plan: PartsPlan, compiled_dir: Path, staging_dir: Path, names: OutputNames, layout: LayoutPolicy) -> tuple[EpStepOutput, list[Manifest]]:
-    """The stitched graph proto (pass 2 still to run) with its data files written and blobs linked into `staging_dir`."""
-    import onnx
-
-    skeleton = onnx.load_model(str(resolve_inside(plan.directory, plan.skeleton, plain=True)), load_external_data=False)
-    manifests = []
-    for index, part in enumerate(plan.parts):
-        model, manifest = _compiled_part(compiled_dir, part)
-        _same_build(manifest, part, manifests[0] if manifests else None, plan)
-        manifests.append(manifest)
-        _link_blobs(model, compiled_dir, staging_dir, names, index)
-        skeleton.graph.node.extend(model.graph.node)
+def stitch_parts(plan: PartsPlan, compiled_dir: Path, staging_dir: Path, names: OutputNames, layout: LayoutPolicy,
+                 verifier: PartVerifier) -> tuple[EpStepOutput, list[Manifest]]:
+    """The stitched graph proto (pass 2 still to run) with its data files written and blobs linked into `staging_dir`;
+    each compiled part checked by `verifier` (partcheck.py) before any of it is used."""
+    skeleton = _skeleton(plan)
+    parts: list[CompiledPart] = []
+    for index in range(len(plan.parts)):
+        part = verifier.read(plan, index, compiled_dir, parts[0].manifest if parts else None)
+        parts.append(part)
+        _link_blobs(part, compiled_dir, staging_dir, names, index, verifier)
+        skeleton.graph.node.extend(part.model.graph.node)
         known = {t.name for t in skeleton.graph.initializer}
-        skeleton.graph.initializer.extend(t for t in model.graph.initializer if t.name not in known)
-        _add_types(skeleton.graph, model.graph)
+        skeleton.graph.initializer.extend(t for t in part.model.graph.initializer if t.name not in known)
+        _add_types(skeleton.graph, part.model.graph)
     data_pass = SharedDataPass(FileSink(staging_dir), names.model, DataLayout(layout))
     try:
         graph = relayout_model(skeleton, compiled_dir, data_pass)
+        verifier.finish_data()  # the parts' data files, hashed while the data pass copied from them
+    except UnsafePath as exc:  # a data file that resolves outside --parts (a symlink)
+        DataPass.abandon(data_pass)
+        raise InvalidModel(f"compiled parts in {compiled_dir}: {exc}") from None
     except BaseException:
         DataPass.abandon(data_pass)  # the owner's abandon: SharedDataPass.abandon leaves cleanup to its owner
         raise
     files = data_pass.close()
-    return EpStepOutput(graph, files, data_pass.external_count, data_pass.inline_count, {"data_pass": data_pass.seconds}), manifests
+    return EpStepOutput(graph, files, data_pass.external_count, data_pass.inline_count, {"data_pass": data_pass.seconds}), [p.manifest for p in parts]
+
+
+def _skeleton(plan: PartsPlan) -> Any:
+    import onnx
+
+    try:
+        path = resolve_inside(plan.directory, plan.skeleton, plain=True)
+        return onnx.load_model(str(path), load_external_data=False)
+    except UnsafePath as exc:
+        raise InvalidModel(f"{plan.path}: the skeleton {exc}") from None
+    except OSError as exc:
+        raise InvalidModel(f"{plan.path}: cannot read the skeleton {plan.skeleton} ({exc.strerror or exc}); split the model again") from None
+    except Exception as exc:  # DecodeError: not a model
+        raise InvalidModel(f"{plan.directory / plan.skeleton}: not an ONNX model ({type(exc).__name__}); split the model again") from None
+
+
+def _source_at_hand(plan: PartsPlan) -> tuple[Path | None, str]:
+    """The source model where the plan says it is, if it is still the model split read (its model file's size and
+    sha256; the check and --verify feed it), else None and why not."""
+    path = plan.directory / plan.source_path
+    if not path.is_file():
+        return None, f"the source is not at {path} any more"
+    if plan.digest.files:
+        _, size, sha256 = plan.digest.files[0]
+        if path.stat().st_size != size or hash_file(path).sha256 != sha256:
+            return None, f"{path} is not the model split read (it changed since)"
+    return path, ""
+
+
+def _earlier_stitch(output_dir: Path, names: OutputNames, plan: PartsPlan) -> bool:
+    """--replace-stitched: whether what `output_dir` holds of this model is an earlier stitch of it (a model of
+    this source's parts), which it replaces; any other output there is refused, as without --force."""
+    if not previous_outputs(output_dir, names):
+        return False
+    try:
+        manifest = Manifest.load(output_dir / names.manifest)
+    except ManifestError:
+        manifest = None
+    parts = manifest.parts if manifest is not None else None
+    if manifest is None or manifest.model != names.model or not parts or \
+            not all(isinstance(p, dict) and isinstance(p.get("model"), str) and is_part_file(plan.stem, p["model"]) for p in parts):
+        raise OutputError(f"{output_dir / names.model} already exists and is not a stitched {plan.source}: --replace-stitched replaces "
+                          "only an earlier stitch; choose another -o, or replace it with --force")
+    return True
 
 
 def _add_types(stitched: Any, part: Any) -> None:
@@ -314,47 +319,22 @@ def _add_types(stitched: Any, part: Any) -> None:
             known.add(value.name)
 
 
-def _compiled_part(compiled_dir: Path, part: str) -> tuple[Any, Manifest]:
-    import onnx
-
-    compiled = OutputNames.for_source(part)
-    path = compiled_dir / compiled.model
-    if not path.is_file():
-        raise UsageError(f"part {part} is not compiled: {path} is missing (compile it with 'ortcompile compile {part} -o {compiled_dir}/')")
-    try:
-        manifest = Manifest.load(compiled_dir / compiled.manifest)
-    except ManifestError as exc:
-        raise InvalidModel(f"part {part}: {exc}") from None
-    for entry in manifest.files:
-        target = compiled_dir / entry.name
-        if not target.is_file() or target.stat().st_size != entry.size:
-            raise InvalidModel(f"part {part}: {entry.name} is missing or not the size its manifest records; compile the part again")
-    return onnx.load_model(str(path), load_external_data=False), manifest
-
-
-def _same_build(manifest: Manifest, part: str, first: Manifest | None, plan: PartsPlan) -> None:
-    """Every part compiled as planned (EP, options, target) and with the same versions: a stitched model of mixed builds
-    would not be one model."""
-    planned = plan.options
-    if manifest.ep != planned["ep"] or manifest.options.get("ep_options") != planned["ep_options"] or \
-            manifest.options.get("target") != planned.get("target"):
-        raise UsageError(f"part {part} was not compiled as planned (--ep {planned['ep']}, its --ep-option and --target): "
-                         "compile every part with the options given to split")
-    if first is not None and manifest.versions != first.versions:
-        raise UsageError(f"part {part} was compiled with other ortcompile/onnxruntime/EP versions than {plan.parts[0]}")
-
-
-def _link_blobs(model: Any, compiled_dir: Path, staging_dir: Path, names: OutputNames, index: int) -> None:
+def _link_blobs(part: CompiledPart, compiled_dir: Path, staging_dir: Path, names: OutputNames, index: int, verifier: PartVerifier) -> None:
     """Each blob file a part's EPContext nodes name, under the output's name: `<model>_partNN<suffix>`."""
     renamed: dict[str, str] = {}
-    for node in epcontext_nodes(model):
+    for node in epcontext_nodes(part.model):
         location = blob_location(node)
         if location is None:
             continue
         if location not in renamed:
             suffix = location.split("_ctx", 1)[1] if "_ctx" in location else f"_{location}"
             renamed[location] = f"{names.base}_part{index:02d}{suffix}"
-            _link_or_copy(resolve_inside(compiled_dir, location, plain=True), staging_dir / renamed[location])
+            try:
+                source = resolve_inside(compiled_dir, location, plain=True)
+            except UnsafePath as exc:
+                raise part.refuse(f"its EPContext node names a blob that {exc}") from None
+            _link_or_copy(source, staging_dir / renamed[location])
+            verifier.blob_linked(part, location, staging_dir / renamed[location])
         attribute(node, "ep_cache_context").s = renamed[location].encode()
 
 

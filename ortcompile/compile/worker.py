@@ -48,6 +48,7 @@ class Worker:
         self.label = label  # who might crash, for the message: "the QNN EP"
         self.reporter = reporter or SilentReporter()
         self.verbose = verbose
+        self.starter = threading.get_ident()  # the child dies when this *thread* ends (PR_SET_PDEATHSIG, _die_with_parent)
         # A plain interpreter that imports only ortcompile: not multiprocessing's spawn, which re-runs the
         # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
         from_parent, to_child = os.pipe()
@@ -211,10 +212,16 @@ def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker
     the parts of --partition, a test suite, a service compiling many models), so the next compile finds its
     worker's imports done. Started at retirement, not beside a running worker, it never adds a process to the
     peak of a compile. A spare is never reused after a call: every compile still gets a fresh EP state.
+
+    A spare serves only the thread that started it: the kernel kills a child when the thread that started it ends,
+    so another thread's spare could die under its new user (the parts of --partition retire their workers on pool
+    threads; the stitched model's check runs on the caller's thread).
     """
     global _spare, _started
     with _spare_lock:
-        worker, _spare = _spare, None
+        worker = None
+        if _spare is not None and _spare.starter == threading.get_ident():
+            worker, _spare = _spare, None
         if worker is None or not worker.alive or worker.verbose != verbose:
             if worker is not None:
                 worker.kill()
@@ -234,6 +241,9 @@ def retire_worker(verbose: bool) -> None:
     """A compile's worker has exited: start the spare for the next one, if this process asks for several."""
     global _spare
     with _spare_lock:
+        if _spare is not None and not _spare.alive:  # another thread's, gone with that thread
+            _spare.kill()
+            _spare = None
         if _spare is None and (_started > 1 or _more_expected):
             if not _atexit_registered:
                 _register_kill_spare()
