@@ -248,7 +248,7 @@ def test_compile_verify_and_its_check_use_the_given_inputs(built: dict[str, Path
     assert plain["check"]["inputs"] == "generated (seeded)"
     # criterion options are for --verify only: without it they would silently do nothing
     assert usage_error("compile", FIXTURES / "split.onnx", "-o", tmp_path / "other", "--min-snr", "30") == (
-        "--min-snr: only used by --verify (the pre-publish check uses its own loose criterion); add --verify or drop it")
+        "--min-snr: only used by --verify (without it the pre-publish check judges by the default criterion); add --verify or drop it")
     assert not (tmp_path / "other").exists()
 
 
