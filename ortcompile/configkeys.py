@@ -132,7 +132,7 @@ KEYS: dict[str, tuple[str, Check]] = {
     "freeze": ("freeze", _table(_number)),
     "prepare": ("prepare", _bool),
     "partition": ("partition", _partition),
-    "max-context-size": ("max_context_size", _size),
+    "max-context-size": ("max_context_size", _positive_size),
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
 }

@@ -34,6 +34,10 @@ class PartitionOptions:
     jobs: int | None = None  # parts compiled at once; None: the CPU count
     memory_budget: int | None = None  # bytes of RSS the running parts may use together; None: what is available now
 
+    def __post_init__(self) -> None:
+        for name in ("budget", "jobs", "memory_budget"):  # 0 would silently mean the default: None says that
+            _require_positive(getattr(self, name), f"partition {name}")
+
 
 @dataclass(frozen=True)
 class CompileOptions:
@@ -61,10 +65,15 @@ class CompileOptions:
     compatibility: bool = False  # ask ONNX Runtime whether the output fits the devices here (a child process, ~0.3 s; --json)
 
     def __post_init__(self) -> None:
-        if self.check not in (*CHECK_MODES, "auto"):
-            from ortcompile.errors import UsageError
+        from ortcompile.errors import UsageError
 
+        if self.check not in (*CHECK_MODES, "auto"):
             raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}, auto")
+        # --max-context-size 0 was the default (1 GiB) in disguise, while --partition 0 was refused: both are refused
+        _require_positive(self.max_context_size, "max_context_size (--max-context-size)")
+        if self.ep_library and _names_cpu_ep(self.ep):
+            raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
+                             f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (no paths, no --force)."""
@@ -82,6 +91,20 @@ class CompileOptions:
             **({"partition": {"budget": self.partition.budget, "max_context_size": self.max_context_size}} if self.partition else {}),
             **({"target": self.target} if self.target else {}),
         }  # verify and check settings are left out: they do not change a byte of the output
+
+
+def _require_positive(value: int | None, what: str) -> None:
+    """None means "the default"; a number must mean itself."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+        from ortcompile.errors import UsageError
+
+        raise UsageError(f"{what} must be a positive whole number (None for the default), not {value!r}")
+
+
+def _names_cpu_ep(ep: str) -> bool:
+    from ortcompile.eps.catalog import KNOWN_EPS
+
+    return ep.strip().lower() in KNOWN_EPS["cpu"].names()
 
 
 @dataclass

@@ -25,6 +25,7 @@ import tempfile
 import weakref
 from pathlib import Path
 
+import genmodels
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -431,6 +432,53 @@ def test_weights_outside_main_graph_initializers(tmp_path: Path, kind: str) -> N
     for cond in ([None] if kind == "constant_node" else [True, False]):
         feeds = {"x": x} if cond is None else {"x": x, "c": np.array(cond)}
         assert session.run(None, feeds)[0].tobytes() == reference.run(None, feeds)[0].tobytes()
+
+
+# ---------------------------------------------------------------- interrupted in the caller's process
+
+# A program that calls compile_to_buffers(ep="qnn") in its main thread, gets Ctrl-C while the EP compiles, catches
+# it and exits normally. The EP compiles in a thread of this process: the interpreter must not exit under it.
+_INTERRUPTED_PROGRAM = """
+import os, signal, sys, threading, time
+from ortcompile import compile_to_buffers
+
+def compiling() -> bool:
+    return any(t.name == "ortcompile-compile" and t.is_alive() for t in threading.enumerate())
+
+def interrupt_mid_compile(delay: float) -> None:
+    while not compiling():
+        time.sleep(0.01)
+    time.sleep(delay)
+    os.kill(os.getpid(), signal.SIGINT)
+
+threading.Thread(target=interrupt_mid_compile, args=(float(sys.argv[2]),), daemon=True).start()
+try:
+    compile_to_buffers(sys.argv[1], ep="qnn", blob_fallback="tempdir")
+    print("finished")
+except KeyboardInterrupt:
+    print("interrupted while the EP compiled" if compiling() else "interrupted")
+"""
+
+
+@pytest.fixture(scope="module")
+def slow_qnn_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """24 MatMul layers of 1024 x 1024 (96 MiB): QNN's simulator compiles them for ~2 s on an idle machine (8 layers:
+    0.6 s, too short to be sure of interrupting the compile itself), longer under load."""
+    return genmodels.save(genmodels.mlp(width=1024, layers=24), tmp_path_factory.mktemp("slow") / "slow.onnx")
+
+
+@pytest.mark.parametrize("delay", [0.1, 0.5])  # seconds into the EP's compile
+def test_interrupted_compile_to_buffers_lets_the_program_exit_cleanly(slow_qnn_model: Path, delay: float, tmp_path: Path) -> None:
+    """Issue 18 item 10: the interpreter exited while QNN still compiled in the abandoned thread (Python 3.11's
+    interrupted Thread.join marks a running thread stopped), libQnnHtp's static destructors freed the graph being
+    optimized: SIGSEGV or SIGABRT at exit in 6 of 8 runs. A process of its own: its exit is the subject."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, "-c", _INTERRUPTED_PROGRAM, str(slow_qnn_model), str(delay)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "TMPDIR": str(scratch)})
+    assert proc.stdout == "interrupted while the EP compiled\n", (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    assert proc.returncode == 0, f"died at exit: {proc.returncode} ({proc.stderr[-2000:]})"
+    assert list(scratch.glob("ortcompile-blobs-*")) == [], "the temporary blob directory was left behind"  # (QNN leaves .ses)
 
 
 # ---------------------------------------------------------------- docs/python-api.md

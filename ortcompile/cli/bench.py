@@ -42,7 +42,7 @@ def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep:
         raise UsageError(f"--reference given {plural(len(references), 'time')} for {plural(len(models), 'model')}: give one per model, in order")
     settings = {**criterion_settings(criterion), **({"precision": precision} if precision else {})}
     report = run_pipeline([Path(m) for m in models], memory_budget, cycles, ep, pairs(ep_options), graph_capture,
-                          [Path(r) for r in references] or None, parse_fix_dims((*fix_dims, *dims)), seed, settings,
+                          [Path(r) for r in references] or None, parse_fix_dims((*fix_dims, *dims), "--dim"), seed, settings,
                           given_inputs(input_args, inputs_file))
     document = report.to_json()
     out.result(document, bench_text(document))

@@ -82,7 +82,7 @@ def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, A
     """The criterion options apply to --verify only: without it they would do nothing, so say so."""
     if not verify and (settings or precision):
         raise UsageError(f"{', '.join('--' + k.replace('_db', '').replace('_', '-') for k in settings) or '--precision'}: "
-                         "only used by --verify (the pre-publish check uses its own loose criterion); add --verify or drop it")
+                         "only used by --verify (without it the pre-publish check judges by the default criterion); add --verify or drop it")
     return {**settings, **({"precision": precision} if precision else {})}
 
 

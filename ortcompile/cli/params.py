@@ -21,6 +21,16 @@ class ByteSize(click.ParamType):
         return size
 
 
+class PositiveByteSize(ByteSize):
+    """A size that must be above zero (--max-context-size: 0 would be a graph limit nothing fits under)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        size = super().convert(value, param, ctx)
+        if size <= 0:
+            self.fail("must be a positive size (examples: 512MiB, 1G)", param, ctx)
+        return size
+
+
 class PartitionSize(ByteSize):
     """`auto` (0: the EP's graph size limit, or --max-context-size) or the bytes of weights per part."""
 

@@ -10,7 +10,7 @@ import click
 from click.core import ParameterSource
 
 from ortcompile.cli.output import current
-from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, pairs
+from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, PositiveByteSize, pairs
 from ortcompile.configkeys import KEYS
 from ortcompile.errors import UsageError
 
@@ -19,7 +19,7 @@ _SHAPING = [
     click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_performance_mode=burst"), help="Provider option (repeatable)."),
     click.option("--target", default=None, help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets')."),
     click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
-                 help="Register this plugin EP library (a shared library) under the EP name given with --ep."),
+                 help="Register this plugin EP library (a shared library) under the EP name given with --ep (not cpu: it is built in)."),
     click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto."),
     click.option("--align", type=ByteSize(), default="4096", show_default=True, help="Offset alignment of large initializers in the data file."),
     click.option("--align-threshold", type=ByteSize(), default="1MiB", show_default=True,
@@ -35,7 +35,7 @@ _SHAPING = [
                  help="Compiling EPs: pin the dims in the graph and fold constants (ORT basic optimization) before the EP sees it."),
     click.option("--partition", type=PartitionSize(), default=None,
                  help="Compile as parts of at most SIZE of weights (auto: the EP's graph limit), each in its own child process, then stitch them."),
-    click.option("--max-context-size", type=ByteSize(), default=None, help="Largest EP graph to compile at once (implies --partition auto)."),
+    click.option("--max-context-size", type=PositiveByteSize(), default=None, help="Largest EP graph to compile at once (implies --partition auto)."),
     click.option("--check", "check_mode", type=click.Choice(["auto", "none", "load", "run"]), default="auto", show_default=True,
                  help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source "
                       "(auto: run up to 1 GiB of weights, else load)."),

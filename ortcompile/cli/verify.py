@@ -36,7 +36,7 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
 
     out = current()
     set_ort_log_level(out.verbose)
-    result = verify_model(compiled, reference, ep=ep, seed=seed, runs=runs, dims=parse_fix_dims((*fix_dims, *dims)),
+    result = verify_model(compiled, reference, ep=ep, seed=seed, runs=runs, dims=parse_fix_dims((*fix_dims, *dims), "--dim"),
                           inputs=given_inputs(input_args, inputs_file), time_source=time_source, precision=precision,
                           **criterion_settings(criterion))
     report = result.to_json()

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ortcompile.errors import CompilationFailed, OrtCompileWarning, output_error
+from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import InputDigest, WrittenFile
@@ -136,9 +136,10 @@ class CheckOutcome:
 
 
 def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: str, mode: str, precision: str, dims: dict[str, int],
-              given: dict[str, Any], workers: Workers, reporter: Reporter) -> CheckOutcome:
+              given: dict[str, Any], workers: Workers, reporter: Reporter, verify_criterion: dict[str, Any] | None = None) -> CheckOutcome:
     """The pre-publish check in the worker child: open the staged output on its EP (and run it against the
-    source); raise CompilationFailed when it would not load or not agree."""
+    source by verify's criterion); raise CompilationFailed when it would not load or not agree. With --verify
+    (`verify_criterion`: its settings) outputs that differ are VerificationFailed (exit 5), as --verify's are."""
     from ortcompile.readback import check
     from ortcompile.readback.parity import run_parity
 
@@ -147,10 +148,13 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
     clock = time.perf_counter()
     worker = workers.get()
     reporter.stage(f"checking {staged_model.name}: {'load and run' if mode == 'run' else 'load'} on {ep_label}")
-    request_ = check.check_request(staged_model, source.absolute(), request, mode, precision, dims, given)
+    request_ = check.check_request(staged_model, source.absolute(), request, mode, precision, dims, given, verify_criterion)
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
-        raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail="\n".join(report.notes) or None)
+        detail = "\n".join(report.notes) or None
+        if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code:  # the very verdict --verify gives
+            raise VerificationFailed(f"not published: {report.failure()}", detail=detail)
+        raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail)
     reporter.detail(check.describe_ok(report))
     return CheckOutcome(check.record(report, bool(given)), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
 

@@ -245,7 +245,8 @@ class CompileJob:
             self.reporter.detail(f"check: load only: {self.source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
                                  f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
         outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, mode,
-                            ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter)
+                            ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter,
+                            self.options.verify_criterion if self.options.verify else None)
         if outcome.report is not None:
             self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
         return outcome.record

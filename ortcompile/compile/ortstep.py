@@ -150,7 +150,7 @@ def _attempt(request: OrtCompile, data_pass: DataPass, use_callback: bool) -> Or
             )
             if sink is not None:
                 compiler.set_ep_context_data_write_func(guard.wrap(sink.write_func))
-            _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard)
+            _run_interruptibly(lambda: compiler.compile_to_stream(guard.wrap(graph.write)), guard, request.in_process)
     except Exception as exc:
         _raise_translated(exc, guard.error, request.ep, request.source)
     return OrtOutput(graph.buffer.getvalue(), sink)
@@ -177,27 +177,35 @@ def _model_for_ort(source: Path, options: Any, in_process: bool) -> Iterator[str
         os.chdir(before)  # a --share-weights batch compiles its next model, named relative to it, in the same child
 
 
-def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard) -> None:
+def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard, in_process: bool) -> None:
     """Run ORT's compile in a worker thread so Ctrl-C/SIGTERM reach the main thread at once.
 
     ORT releases the GIL while it compiles, but a signal handler only runs in the main thread between
     Python bytecodes: with the compile in the main thread, Ctrl-C would wait for the EP (minutes).
-    The worker is a daemon: on interrupt we stop waiting, the staging directory is removed, and the
-    process exits without waiting for the EP to finish.
+    On interrupt we stop waiting and the guard refuses every later callback, so ORT stops at the next one.
+
+    In the worker child the thread is a daemon: the child leaves through os._exit. In the caller's own
+    process (compile_to_buffers) it is not: ORT cannot be stopped inside the EP's compile, so the
+    interpreter must wait at exit for that native code to return. Exiting under it (libQnnHtp's static
+    destructors freeing the graph a live compile is optimizing) crashed 6 of 8 interrupted runs with
+    SIGSEGV or SIGABRT. The wait is on an Event, not Thread.join: Python 3.11's join, interrupted by
+    KeyboardInterrupt, marks a running thread as stopped, and the interpreter then exits without it.
     """
     outcome: list[BaseException] = []
+    done = threading.Event()
 
     def target() -> None:
         try:
             work()
         except BaseException as exc:  # handed to the main thread
             outcome.append(exc)
+        finally:
+            done.set()
 
-    worker = threading.Thread(target=target, name="ortcompile-compile", daemon=True)
-    worker.start()
+    threading.Thread(target=target, name="ortcompile-compile", daemon=not in_process).start()
     try:
-        while worker.is_alive():
-            worker.join(0.1)
+        while not done.wait(0.1):
+            pass
     except BaseException:
         guard.cancelled = True
         raise

@@ -16,7 +16,12 @@ from typing import Any
 
 from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
-from ortcompile.onnxfacts import INT64_MAX  # ONNX Runtime takes dimensions as int64
+
+# No tensor can have a dimension above this: 2**48 elements along one axis take 128 TiB even at 4 bits each (int4),
+# the whole user address space of an x86-64 or ARM64 Linux process (48-bit virtual addresses). ONNX Runtime would
+# take up to 2**63-1 (int64), and then every allocation fails: refused before any work instead.
+MAX_DIM = 1 << 48
+MAX_DIM_REASON = "a tensor with more elements along one axis would not fit in a 64-bit process's 128 TiB address space, even at 4 bits each"
 
 
 @dataclass(frozen=True)
@@ -39,15 +44,16 @@ class Pins:
         return {"dims": dict(sorted(self.named.items())), "unnamed": unnamed}
 
 
-def parse_fix_dims(pairs: Iterable[str | tuple[str, str]] | Mapping[str, str | int]) -> dict[str, int]:
-    """NAME=VALUE pairs (strings, or (name, value) tuples from the CLI's KEY=VALUE type), e.g. batch=1."""
+def parse_fix_dims(pairs: Iterable[str | tuple[str, str]] | Mapping[str, str | int], flag: str = "--fix-dim") -> dict[str, int]:
+    """NAME=VALUE pairs (strings, or (name, value) tuples from the CLI's KEY=VALUE type), e.g. batch=1; `flag` names
+    the option in messages (verify and bench call it --dim)."""
     dims: dict[str, int] = {}
     for pair in pairs.items() if isinstance(pairs, Mapping) else pairs:
         name, sep, value = pair.partition("=") if isinstance(pair, str) else (pair[0], "=", str(pair[1]))
         shown = pair if isinstance(pair, str) else f"{name}={value}"
         if not sep or not name.strip():
-            raise UsageError(f"bad --fix-dim {shown!r}: expected NAME=VALUE, e.g. batch=1")
-        dims[name.strip()] = _positive(value, f"--fix-dim {shown!r}")
+            raise UsageError(f"bad {flag} {shown!r}: expected NAME=VALUE, e.g. batch=1")
+        dims[name.strip()] = _positive(value, f"{flag} {shown!r}")
     return dims
 
 
@@ -67,23 +73,33 @@ def _positive(text: str, what: str) -> int:
         value = int(text.strip())
     except ValueError:
         raise UsageError(f"bad {what}: {text.strip()!r} is not a whole number") from None
+    return check_dim(value, f"bad {what}")
+
+
+def check_dim(value: int, what: str) -> int:
+    """A dimension some tensor could have, or a UsageError starting with `what` that gives the bound and why."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{what}: {value!r} is not a whole number")
     if value <= 0:
-        raise UsageError(f"bad {what}: dimensions must be positive")
-    if value > INT64_MAX:
-        raise UsageError(f"bad {what}: {value} is too large (at most 2**63-1)")
+        raise UsageError(f"{what}: dimensions must be positive")
+    if value > MAX_DIM:
+        raise UsageError(f"{what}: {value} is too large: at most 2**48 = {MAX_DIM} ({MAX_DIM_REASON})")
     return value
 
 
 def resolve_pins(source: SourceModel, fix_dims: dict[str, int], fix_shapes: dict[str, tuple[int, ...]], *, allow_unnamed: bool = True) -> Pins:
     """Check the requests against the model's inputs. Unnamed dims can be pinned only by the prepare step."""
     known = source.symbolic_dims
-    for name in fix_dims:
+    for name, value in fix_dims.items():  # values from the Python API and the config file arrive unparsed here
+        check_dim(value, f"--fix-dim {name}={value}")
         if name not in known:
             listed = ", ".join(sorted(known)) or "none"
             raise UsageError(f"--fix-dim {name}: the model has no symbolic dimension {name!r} (it has: {listed})")
     pins = Pins(dict(fix_dims), {})
     inputs = {i.name: i for i in source.inputs}
     for input_name, shape in fix_shapes.items():
+        for value in shape:
+            check_dim(value, f"--fix-shape {input_name}={','.join(map(str, shape))}")
         if input_name not in inputs:
             raise UsageError(f"--fix-shape {input_name}: the model has no input {input_name!r} (it has: {', '.join(inputs)})")
         _merge_shape(pins, inputs[input_name], shape, allow_unnamed)

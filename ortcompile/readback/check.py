@@ -1,16 +1,19 @@
-"""The pre-publish check: the staged output must load on its EP, run, and loosely agree with the source.
+"""The pre-publish check: the staged output must load on its EP, run, and agree with the source.
 
 Exit 0 must mean a model that loads and runs. Measured on real models (PyPI wheels), outputs that the raw
 Compile API and ortcompile 0.1 published often did neither: QNN had taken only shape-computation
 partitions ("count of graph inputs should be at least the count of tensor_wrapper" at load), or the
 compiled model ran but computed something else (correlation ~0, another output length). So before
 publishing, the worker child opens the staged model with the target EP — no CPU fallback anywhere — runs
-it once on generated inputs (or the user's), and compares with the source on the CPU EP under the loose
-`check` criterion for the EP's precision (parity.py). `verify` stays the strict gate.
+it once on generated inputs (or the user's), and compares with the source on the CPU EP (parity.py) under
+the criterion `verify` applies for the EP's precision, on the same seed-0 inputs: a default compile never
+publishes what a default `verify` rejects. With `--verify`, the check applies --verify's criterion options
+too (a check stricter than the --verify asked for would refuse what the user accepted).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +25,10 @@ from ortcompile.readback.parity import ParityReport, ParityRequest
 
 
 def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, precision: str, dims: dict[str, int],
-                  given: dict[str, Given] | None = None) -> ParityRequest:
-    criterion = criterion_for(precision, "check") if mode == "run" else None
+                  given: dict[str, Given] | None = None, overrides: Mapping[str, Any] | None = None) -> ParityRequest:
+    """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them."""
+    settings = dict(overrides or {})
+    criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
     return ParityRequest(model, source, ep, mode, criterion, dims, (0,), dict(given or {}), lean=True)
 
 

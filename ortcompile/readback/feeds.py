@@ -12,13 +12,16 @@
    strings "ortcompile".
 
 Every symbolic or unknown dimension gets a value: `dims`, else the shape of a given array, else a guess
-(see `guess_dim`) reported in `Feeds.guessed` and `Feeds.notes`. Each input has its own random stream,
+(see `guess_dim`) reported in `Feeds.guessed` and `Feeds.notes`. Dims come from users (`--dim`, a compile's
+`--fix-dim`): inputs they would make larger than the memory available are refused in one line before
+anything is allocated (numpy would raise MemoryError, or overcommit and let the OOM killer end the process). Each input has its own random stream,
 seeded from (seed, input name): the same seed gives the same arrays whatever the input order, and giving
 one input does not change the others.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -29,6 +32,7 @@ import numpy as np
 import onnx
 
 from ortcompile.errors import UsageError
+from ortcompile.native import proc_kib_field
 from ortcompile.onnxfacts import graph_inputs, input_dims
 from ortcompile.readback.given import Given, conform, load_inputs, parse_input
 from ortcompile.readback.hints import InputHint, read_hints
@@ -172,14 +176,58 @@ def make_feeds(
             raise UsageError(f"input {spec.name!r} has type {spec.describe()}, which cannot be generated from Python")
     feeds = Feeds({})
     _choose_dims(feeds, specs, dict(dims or {}), given)
+    shapes = {spec.name: tuple(d if isinstance(d, int) else feeds.dims[spec.dim_key(a)] for a, d in enumerate(spec.dims)) for spec in specs}
+    made = [spec for spec in specs if not isinstance(given.get(spec.name, Given(0)).value, np.ndarray)]  # the arrays allocated here
+    _require_memory(made, shapes, feeds.dims)
     for spec in specs:
-        shape = tuple(d if isinstance(d, int) else feeds.dims[spec.dim_key(a)] for a, d in enumerate(spec.dims))
-        if spec.name in given:
-            feeds.arrays[spec.name] = conform(spec, given[spec.name], shape)
-            feeds.notes.append(f"{spec.name}: {GIVEN_NOTE} ({given[spec.name].origin})")
-        else:
-            feeds.arrays[spec.name] = _generate(spec, shape, seed, (hints or {}).get(spec.name), feeds.notes)
+        shape = shapes[spec.name]
+        try:
+            if spec.name in given:
+                feeds.arrays[spec.name] = conform(spec, given[spec.name], shape)
+                feeds.notes.append(f"{spec.name}: {GIVEN_NOTE} ({given[spec.name].origin})")
+            else:
+                feeds.arrays[spec.name] = _generate(spec, shape, seed, (hints or {}).get(spec.name), feeds.notes)
+        except (MemoryError, ValueError) as exc:  # numpy: "Unable to allocate ...", "array is too big ..."
+            if isinstance(exc, ValueError) and "too big" not in str(exc):
+                raise
+            raise UsageError(f"input {spec.name!r} as {_shown(spec, shape)} cannot be allocated here ({type(exc).__name__}); "
+                             f"{_smaller_dims(feeds.dims)}") from None
     return feeds
+
+
+def _require_memory(specs: Sequence[InputSpec], shapes: Mapping[str, tuple[int, ...]], dims: Mapping[str, int]) -> None:
+    """Refuse inputs that would not fit in the memory available (Linux MemAvailable; elsewhere numpy's MemoryError
+    is caught instead), naming the largest one and the dims that made it."""
+    needs = {spec.name: math.prod(shapes[spec.name]) * (spec.dtype.itemsize if spec.dtype is not None else 0) for spec in specs}
+    available = proc_kib_field("/proc/meminfo", "MemAvailable")
+    total = sum(needs.values())
+    if available is None or total <= available:
+        return
+    largest = max(needs, key=lambda name: needs[name])
+    spec = next(s for s in specs if s.name == largest)
+    what = f"input {largest!r} as {_shown(spec, shapes[largest])}"
+    size = f"{what} would take {size_text(total)}" if len(needs) == 1 else \
+        f"the inputs would take {size_text(total)} (the largest, {what}: {size_text(needs[largest])})"
+    raise UsageError(f"{size}, more than the {size_text(available)} of memory available; {_smaller_dims(dims)}")
+
+
+def _shown(spec: InputSpec, shape: tuple[int, ...]) -> str:
+    return f"{spec.type_text or spec.describe().split('[')[0]}[{','.join(map(str, shape))}]"
+
+
+def _smaller_dims(dims: Mapping[str, int]) -> str:
+    chosen = ", ".join(f"{k}={v}" for k, v in dims.items())
+    return f"give smaller dims (chosen: {chosen}; --dim, or the compile's --fix-dim/--fix-shape)" if chosen else "the model's fixed shapes are too large"
+
+
+def size_text(size: int) -> str:
+    """Bytes for a message: 1.5 GiB, 2.0 PiB (sizes of any magnitude, as huge dims give)."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} EiB"
 
 
 def _choose_dims(feeds: Feeds, specs: Sequence[InputSpec], explicit: dict[str, int], given: Mapping[str, Given]) -> None:

@@ -14,14 +14,20 @@ dtype (numpy saves float64 and int64 by default):
 
 `NAME=VALUE` is a scalar (int, float, `true`/`false`) that fills the whole input, whatever its shape: it sets
 no dimension. An array sets the symbolic dims of its input (see feeds.make_feeds).
+
+Only regular files are read. A FIFO named `x.npy` in an `--inputs` directory would block the read forever (no
+writer), and a device never ends: each file is opened without blocking and refused, by name, unless fstat says
+it is a regular file (checked on the open descriptor, so a rename in between cannot slip a FIFO in).
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 
@@ -54,7 +60,7 @@ def parse_input(text: str, names: Iterable[str] = ()) -> tuple[str, Given]:
     if scalar is not None:
         return name, Given(scalar, f"{name}={rest}")
     path = Path(rest)
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"{text!r}: {rest!r} is neither a number nor a file")
     return name, Given(_load_npy(path), path.name)
 
@@ -67,18 +73,42 @@ def load_inputs(path: str | Path) -> dict[str, Given]:
         if not files:
             raise UsageError(f"{path}: no .npy files in this directory")
         return {f.stem: Given(_load_npy(f), f.name) for f in files}
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file or directory")
+    with open_regular(path) as stream:
+        try:
+            loaded = np.load(stream, allow_pickle=False)  # no pickles: a data file must not run code
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise UsageError(f"{path}: a single array has no input name; give it as NAME={path}, or several as an .npz file")
+            with loaded as archive:
+                return {name: Given(archive[name], f"{path.name}:{name}") for name in archive.files}
+        except UsageError:
+            raise
+        except Exception as exc:  # MemoryError too: an entry whose header claims more than fits
+            raise UsageError(f"{path}: cannot read as .npz: {first_line(exc)}") from exc
+
+
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+               (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """`path` opened for reading if it is a regular file (symlinks followed); else a one-line UsageError naming it.
+
+    O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer. The type is checked on the open
+    descriptor, not on the name, so the file cannot be swapped for a FIFO between the check and the read.
+    """
     try:
-        loaded = np.load(path, allow_pickle=False)  # no pickles: a data file must not run code
-        if not isinstance(loaded, np.lib.npyio.NpzFile):
-            raise UsageError(f"{path}: a single array has no input name; give it as NAME={path}, or several as an .npz file")
-        with loaded as archive:
-            return {name: Given(archive[name], f"{path.name}:{name}") for name in archive.files}
-    except UsageError:
-        raise
-    except Exception as exc:
-        raise UsageError(f"{path}: cannot read as .npz: {first_line(exc)}") from exc
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot open: {exc.strerror or exc}") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        kind = next((what for test, what in _FILE_KINDS if test(mode)), "a special file")
+        raise UsageError(f"{path}: {kind}, not a regular file: inputs are read from regular .npy and .npz files only")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _scalar(text: str) -> int | float | bool | None:
@@ -93,10 +123,11 @@ def _scalar(text: str) -> int | float | bool | None:
 
 
 def _load_npy(path: Path) -> np.ndarray:
-    try:
-        array = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise UsageError(f"{path}: cannot read as .npy: {first_line(exc)}") from exc
+    with open_regular(path) as stream:
+        try:
+            array = np.load(stream, allow_pickle=False)
+        except Exception as exc:  # MemoryError too: a header that claims more than fits
+            raise UsageError(f"{path}: cannot read as .npy: {first_line(exc)}") from exc
     if not isinstance(array, np.ndarray):
         raise UsageError(f"{path}: holds several arrays; give it as an .npz file of inputs")
     return array

@@ -45,9 +45,10 @@ class ParityRequest:
 
     @property
     def config(self) -> dict[str, str]:
-        from ortcompile.run.sessions import LEAN_CONFIG
+        """Entries of both compared sessions, the compiled model's and the source's (like is compared with like)."""
+        from ortcompile.run.sessions import EXACT_INT8_CONFIG, LEAN_CONFIG
 
-        return {LEAN_CONFIG: "1"} if self.lean else {}
+        return {**EXACT_INT8_CONFIG, **({LEAN_CONFIG: "1"} if self.lean else {})}
 
 
 @dataclass
@@ -156,14 +157,9 @@ def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
 
 def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport) -> None:
     from ortcompile.readback.compare import compare_output
-    from ortcompile.run.sessions import open_session, run_session
 
     assert request.criterion is not None
-    reference = open_session(request.source, None, request.dims, config=request.config, label=f"the source {request.source.name} on the CPU EP")
-    report.seconds["source_on_cpu"] = reference.seconds
-    expected = [run_session(reference.session, f, f"the source {request.source.name}") for f in feeds]
-    del reference
-    gc.collect()
+    expected, report.seconds["source_on_cpu"] = reference_outputs(request.source, feeds, request.dims, request.config)
     report.criterion = request.criterion.to_json()
     for seed, got, want in zip(request.seeds, outputs, expected):
         if set(got) != set(want):  # a compiled model that computes fewer (or other) things is not the same model
@@ -176,6 +172,18 @@ def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], ou
         if bad is not None and report.ok:
             report.ok = False
             report.error = f"output {bad.name!r} differs from the source on the CPU EP (seed {seed}): {bad.reason}"
+
+
+def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str, int], config: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
+    """The source's outputs on the CPU EP for each feed, and the reference session's load time (then freed)."""
+    from ortcompile.run.sessions import open_session, run_session
+
+    reference = open_session(source, None, dims, config=config, label=f"the source {source.name} on the CPU EP")
+    expected = [run_session(reference.session, f, f"the source {source.name}") for f in feeds]
+    seconds = reference.seconds
+    del reference
+    gc.collect()
+    return expected, seconds
 
 
 def _refuse_invalid_source(request: ParityRequest) -> None:

@@ -23,6 +23,7 @@ from ortcompile.compile.epstep import EpRequest
 from ortcompile.compile.shapes import resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
+from ortcompile.paths import not_a_model_file
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
@@ -113,8 +114,9 @@ def verify_model(
     the compile's pins, then documented guesses); `inputs`: arrays or scalars for some inputs (readback.given).
     """
     compiled, reference = Path(compiled), Path(reference)
-    if not compiled.is_file():
-        raise InvalidModel(f"{compiled}: no such file")
+    problem = not_a_model_file(compiled)  # missing, a directory, a FIFO (which would block the read): one line
+    if problem:
+        raise InvalidModel(problem)
     source = read_source(reference)
     integrity = check_manifest(compiled, hash_files=True)
     structure = inspect_model(compiled)

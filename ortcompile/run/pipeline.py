@@ -24,7 +24,7 @@ from ortcompile.readback.feeds import make_feeds, specs_from_session
 from ortcompile.readback.given import Given
 from ortcompile.readback.hints import read_hints
 from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
-from ortcompile.run.sessions import open_session, run_session
+from ortcompile.run.sessions import EXACT_INT8_CONFIG, open_session, run_session
 
 BENCH_FORMAT = "ortcompile-bench/1"
 
@@ -173,7 +173,7 @@ def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int],
     load_seconds = on_ep.seconds
     del on_ep
     gc.collect()
-    cpu = open_session(source, None, dims).session
+    cpu = open_session(source, None, dims, config=EXACT_INT8_CONFIG).session  # the same reference as verify's
     inputs = make_feeds(specs_from_session(cpu), seed=seed, dims=dims, given=given, hints=read_hints(source)).arrays
     outputs = run_session(cpu, inputs, f"the source {source.name}")
     del cpu

@@ -24,6 +24,12 @@ RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
 # and 20 s for a 2.4 GB model); without it a session maps aligned external data and loads in 0.05 s at 57 MiB.
 LEAN_CONFIG = "session.disable_prepacking"
+# Comparison sessions (verify, the pre-publish check, bench's reference) compute int8 MatMul/Conv exactly on every x86
+# CPU. By default ORT's u8s8 kernels sum pairs of products with VPMADDUBSW, which saturates at int16 on CPUs without
+# VNNI (AVX2, AVX-512 without VNNI): a QDQ MatMul with full-range int8 weights then differs from its exact result
+# on an AMD EPYC Rome and not on a Zen 4 (issue 24: SNR 9.7 dB against QNN's exact output). With this entry ORT
+# converts the weights to u8 and uses its U8U8 kernel, which cannot saturate: the same numbers on every machine.
+EXACT_INT8_CONFIG = {"session.x64quantprecision": "1"}
 _UNREADABLE = ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")
 
 
