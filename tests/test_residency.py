@@ -357,6 +357,11 @@ def test_reload_gives_the_same_outputs(ep: str, compiled: dict[str, Path]) -> No
     pool.close()
 
 
+def slope(values: list[int]) -> float:
+    """Least-squares growth per step of a series."""
+    return float(np.polyfit(np.arange(len(values)), np.asarray(values, dtype=np.float64), 1)[0])
+
+
 @pytest.mark.parametrize("ep", ["cpu", "qnn"])
 def test_evictions_free_memory_over_many_cycles(ep: str, compiled: dict[str, Path]) -> None:
     """Budget 1 MiB, 8 cycles of a, d: every step evicts and reloads. RSS at the end of each cycle (same model
@@ -371,7 +376,10 @@ def test_evictions_free_memory_over_many_cycles(ep: str, compiled: dict[str, Pat
         if step.name == "d":
             ends.append(rss_bytes() - audit.baseline)
     assert audit.kinds().count("reload") == 14
-    assert max(ends[2:]) - min(ends[2:]) <= 8 * MiB, [round(e / MiB, 1) for e in ends]
+    # Growth, not spread: the ends flicker between two levels 8 MiB apart (an allocator arena handed back and taken
+    # again: measured [40.5, 44.5, 44.5, 36.5, 44.5, ...] and [51.1, 47.1, 55.1, 47.1, ...]), which moves the
+    # least-squares slope by at most 2.1 MiB a cycle; a leak adds a footprint, 24-48 MiB, every cycle.
+    assert slope(ends[2:]) <= 4 * MiB, [round(e / MiB, 1) for e in ends]
     print(f"{ep}: RSS - baseline at each cycle's end (MiB): {[round(e / MiB, 1) for e in ends]}; {audit.memory()}")
     pool.close()
 

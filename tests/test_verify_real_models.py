@@ -32,6 +32,7 @@ compile and one run each; the silero models and the failing compiles take second
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from functools import cache
 from pathlib import Path
@@ -109,6 +110,14 @@ def flip_largest_external_tensor(model: Path) -> str:
     name, fields = max(external, key=lambda item: int(item[1]["length"]))
     flip_middle(model.parent / fields["location"], int(fields.get("offset", 0)) + int(fields["length"]) // 2 - 512)
     return name
+
+
+def data_file_of(model: Path) -> str:
+    """The name of the model's one external data file, as published: `<stem>.<12 hex of its digest>.data`."""
+    proto = onnx.load(str(model), load_external_data=False)
+    (location,) = {e.value for t in proto.graph.initializer for e in t.external_data if e.key == "location"}
+    assert re.fullmatch(re.escape(model.stem) + r"\.[0-9a-f]{12}\.data", location), location
+    return location
 
 
 def manifest_of(model: Path) -> Path:
@@ -218,7 +227,7 @@ def test_flipped_weights_in_a_cpu_output_data_file_fail_without_the_manifest(bui
     assert verified(compiled, model.path)["criterion"]["precision"] == "fp32"
     flip_largest_external_tensor(compiled)
     result, _ = verify(compiled, model.path)
-    assert result.exit_code == 5 and one_line_error(result) == f"integrity check failed: {compiled.name}.data: sha256 differs from the manifest"
+    assert result.exit_code == 5 and one_line_error(result) == f"integrity check failed: {data_file_of(compiled)}: sha256 differs from the manifest"
     manifest_of(compiled).unlink()  # without it verify would default to --ep auto (QNN here), and judge in fp16
     result, report = verify(compiled, model.path, "--ep", "cpu")
     assert result.exit_code == 5
@@ -236,7 +245,7 @@ def test_flipped_cpu_side_weights_next_to_qnn_partitions_fail_by_sha256(build: A
     assert flip_largest_external_tensor(compiled) == "359_quantized"  # the int8 LSTM recurrent weights, 2 MiB
     result, report = verify(compiled, model.path)
     assert result.exit_code == 5
-    assert one_line_error(result) == f"integrity check failed: {compiled.name}.data: sha256 differs from the manifest"
+    assert one_line_error(result) == f"integrity check failed: {data_file_of(compiled)}: sha256 differs from the manifest"
     assert report["runs"] == []
 
 
