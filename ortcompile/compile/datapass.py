@@ -21,6 +21,7 @@ from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
 from ortcompile.onnxfacts import element_count
 from ortcompile.output.digest import WrittenFile, hash_file_range
+from ortcompile.output.writeback import WriteBehind
 
 CHUNK = 16 << 20  # bytes per write; hashing of one chunk overlaps the write of the next
 KERNEL_COPY_MIN = 1 << 20  # tensors at least this big are copied with copy_file_range when they come from a file
@@ -39,6 +40,7 @@ class HashingFile:
         self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         self._hash = hashlib.sha256()
         self._pool = hasher_pool
+        self._write_behind = WriteBehind(self._fd)  # the disk writes while we copy, not all at close()'s fsync
 
     def pad_to(self, offset: int) -> None:
         while self.position < offset:
@@ -55,6 +57,7 @@ class HashingFile:
             _write_all(self._fd, chunk)
             pending.result()
             self.position += len(chunk)
+            self._write_behind.advance(self.position)
 
     def _copy_from(self, origin: tuple[int, int], view: memoryview) -> bool:
         """copy_file_range from the source data file (as cp does) while the other core hashes the mapped bytes.
@@ -69,10 +72,12 @@ class HashingFile:
         done = 0
         try:
             while done < len(view):
-                copied = os.copy_file_range(source_fd, self._fd, len(view) - done, source_offset + done, self.position + done)
+                step = min(len(view) - done, CHUNK)  # in steps, so the writeback can start behind the copy
+                copied = os.copy_file_range(source_fd, self._fd, step, source_offset + done, self.position + done)
                 if copied == 0:
                     raise OSError(errno.EIO, "source data file ended early")
                 done += copied
+                self._write_behind.advance(self.position + done)
         except OSError as exc:
             hashed.result()
             if done == 0 and exc.errno in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
