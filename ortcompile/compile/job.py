@@ -176,7 +176,10 @@ class CompileJob:
             digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
 
     def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
-        return EpStep(self.source, self.request, staging_dir, self.names.model, self.options.layout, self.pins,
+        # Absolute here, in the planner: the worker child resolves nothing against a working directory (it may have
+        # started in another one, as a warm spare, and ORT's compile runs from the model's own directory).
+        source = dataclasses.replace(self.source, path=self.source.path.absolute())
+        return EpStep(source, self.request, staging_dir.absolute(), self.names.model, self.options.layout, self.pins,
                       self.compiles and self.options.prepare, self.require_compiled, session_config or {}, dict(self.options.freeze))
 
     def build(self, staging_dir: Path, workers: Workers) -> Built:

@@ -1,0 +1,39 @@
+"""Issue 23: the first hour, again — what a new user and an adversarial tester tripped over, each point through the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from genmodels import mlp, save
+from helpers import run_cli
+
+
+@pytest.fixture
+def pair_in_two_dirs(tmp_path: Path) -> Path:
+    """prefill in a/, decode in b/ (dynamic batch: the prepare step stages a model of its own), run from c/."""
+    save(mlp(width=128, batch="batch", seed=1), tmp_path / "a" / "prefill.onnx", external="prefill.onnx.data")
+    save(mlp(width=128, batch="batch", seed=2), tmp_path / "b" / "decode.onnx", external="decode.onnx.data")
+    (tmp_path / "c").mkdir()
+    return tmp_path / "c"
+
+
+# ---------------------------------------------------------------- 1: --share-weights with relative paths
+
+
+def test_share_weights_with_relative_paths_from_another_directory(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--no-config", "--json", cwd=pair_in_two_dirs)
+    assert proc.returncode == 0, proc.stderr
+    outputs = json.loads(proc.stdout)["outputs"]
+    assert [Path(o["model"]).name for o in outputs] == ["prefill_ctx.onnx", "decode_ctx.onnx"]
+    assert all((pair_in_two_dirs / "out" / Path(o["model"]).name).is_file() for o in outputs)
+    for output in outputs:  # each model's real compile time and the worker child's peak, not 0.0s and the parent's
+        assert output["timings"]["compile"] > 0.0
+        assert output["peak_rss_by_stage"]["compile"] > 50 << 20  # the child imported onnxruntime and QNN
+        assert output["peak_rss_bytes"] >= output["peak_rss_by_stage"]["compile"]
+    summary = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                      "--fix-dim", "batch=1", "--no-config", "--force", cwd=pair_in_two_dirs)
+    assert summary.returncode == 0, summary.stderr
+    assert "0.0s compile" not in summary.stdout, summary.stdout
