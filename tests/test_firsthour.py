@@ -9,6 +9,9 @@ import pytest
 from genmodels import mlp, save
 from helpers import run_cli
 
+from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
+from ortcompile.compile.worker import ChildTraceback, Worker
+
 
 @pytest.fixture
 def pair_in_two_dirs(tmp_path: Path) -> Path:
@@ -37,3 +40,21 @@ def test_share_weights_with_relative_paths_from_another_directory(pair_in_two_di
                       "--fix-dim", "batch=1", "--no-config", "--force", cwd=pair_in_two_dirs)
     assert summary.returncode == 0, summary.stderr
     assert "0.0s compile" not in summary.stdout, summary.stdout
+
+
+# ---------------------------------------------------------------- 2: --debug shows where the child failed
+
+
+def test_debug_shows_the_worker_childs_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """An internal error in the child (json.loads given the worker's `reporter` keyword: a TypeError raised in json)."""
+    with Worker() as worker, pytest.raises(TypeError) as caught:
+        worker.call(json.loads, "{}", doing="testing")
+    assert isinstance(caught.value.__cause__, ChildTraceback)
+    try:
+        raise caught.value
+    except TypeError as exc:
+        code = report_exception(exc, Output(debug=True))
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERNAL
+    assert "in the worker child:" in err and "json/__init__.py" in err and "in _serve" in err, err  # the child's own frames
+    assert err.rstrip().splitlines()[-1].startswith("ortcompile: error: internal error: TypeError")
