@@ -58,3 +58,15 @@ def test_debug_shows_the_worker_childs_traceback(capsys: pytest.CaptureFixture[s
     assert code == EXIT_INTERNAL
     assert "in the worker child:" in err and "json/__init__.py" in err and "in _serve" in err, err  # the child's own frames
     assert err.rstrip().splitlines()[-1].startswith("ortcompile: error: internal error: TypeError")
+
+
+# ---------------------------------------------------------------- 3: bare `ortcompile`
+
+
+def test_no_arguments_print_the_help_as_lines() -> None:
+    proc = run_cli()
+    assert proc.returncode == 2  # what click's groups exit with when given nothing
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("Usage: ortcompile [OPTIONS] COMMAND"), proc.stderr
+    assert "error:" not in proc.stderr and len(lines) > 10
+    assert any(line.split()[:1] == ["compile"] for line in lines)  # the commands, one a line

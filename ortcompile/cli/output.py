@@ -102,6 +102,9 @@ def report_exception(exc: BaseException, out: Output) -> int:
         return out.error(exc.message, exc.exit_code, exc.detail)
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `ortcompile`: the usage and help, as click prints it
+        exc.show()
+        return EXIT_USAGE
     if isinstance(exc, click.UsageError):
         where = f"{exc.ctx.info_name}: " if exc.ctx is not None and exc.ctx.parent is not None else ""
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
