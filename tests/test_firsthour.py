@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from genmodels import mlp, save
-from helpers import run_cli
+from helpers import assert_one_line_error, run_cli
 
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
 from ortcompile.compile.worker import ChildTraceback, Worker
@@ -70,3 +70,27 @@ def test_no_arguments_print_the_help_as_lines() -> None:
     assert lines[0].startswith("Usage: ortcompile [OPTIONS] COMMAND"), proc.stderr
     assert "error:" not in proc.stderr and len(lines) > 10
     assert any(line.split()[:1] == ["compile"] for line in lines)  # the commands, one a line
+
+
+# ---------------------------------------------------------------- 4: EP name typos
+
+
+@pytest.mark.parametrize("args", [("eps", "--ep", "qnnn"), ("eps", "--targets", "--ep", "qnnn"),
+                                  ("compile", "model.onnx", "-o", "out", "--ep", "qnnn")])
+def test_an_ep_name_typo_is_a_usage_error_with_a_suggestion(args: tuple[str, ...], tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli(*args, "--no-config" if args[0] == "compile" else "-q", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "unknown execution provider 'qnnn' (did you mean 'qnn'?)")
+
+
+def test_eps_of_an_unknown_ep_fails_a_ci_gate() -> None:
+    proc = run_cli("eps", "--ep", "bogus", "--json")
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["exit_code"] == 2  # not {"eps": []} and exit 0
+
+
+def test_eps_by_its_full_name_still_lists_it() -> None:
+    proc = run_cli("eps", "--ep", "QNNExecutionProvider", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["ep_name"] for e in json.loads(proc.stdout)["eps"]] == ["QNNExecutionProvider"]
