@@ -51,7 +51,7 @@ class VerificationFailed(OrtCompileError):
 
 
 class OrtCompileWarning(UserWarning):
-    """Something the user may want to know that does not stop the work (the CLI prints it unless -q)."""
+    """Something the user may want to know that does not stop the work (the CLI prints it, -q too)."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -94,3 +94,40 @@ def test_eps_by_its_full_name_still_lists_it() -> None:
     proc = run_cli("eps", "--ep", "QNNExecutionProvider", "--json")
     assert proc.returncode == 0, proc.stderr
     assert [e["ep_name"] for e in json.loads(proc.stdout)["eps"]] == ["QNNExecutionProvider"]
+
+
+# ---------------------------------------------------------------- 5: progress on a stderr that is not a terminal
+
+
+def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", cwd=tmp_path)  # CliRunner's stderr: a pipe
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[:2] == ["ortcompile: reading model", "ortcompile: laying out weights of model.onnx"], proc.stderr
+    assert "ortcompile: publishing" in lines and "\r" not in proc.stderr and "data pass" not in proc.stderr  # no bars
+    assert proc.stdout.startswith("out/model_ctx.onnx: ")  # the summary stays on stdout
+    quiet = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "--force", "-q", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
+# ---------------------------------------------------------------- 9: --share-weights --partition; -q keeps warnings
+
+
+def test_share_weights_with_partition_is_a_usage_error(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--partition", "auto", "--no-config", cwd=pair_in_two_dirs)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "--share-weights compiles each model whole", "--partition")
+    assert not (pair_in_two_dirs / "out").exists()
+
+
+def test_quiet_hides_progress_but_never_warnings(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--no-config", "-q", cwd=pair_in_two_dirs)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "ortcompile: warning: prefill_ctx.onnx, decode_ctx.onnx: not checked before publishing: "
+        "QNN's HTP simulator cannot load shared EP contexts on this machine"]
+    assert "warnings and errors still go to stderr" in " ".join(run_cli("compile", "--help").stdout.split())

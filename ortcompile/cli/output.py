@@ -1,8 +1,8 @@
 """What the CLI prints, and the one place where errors become a message and an exit code.
 
 Scripts read stdout (a summary line per result, or one JSON document with --json) and the exit code;
-people read stderr (one `ortcompile: error: ...` line, `ortcompile: warning: ...` lines, progress on a
-terminal). -q/-v/--json/--debug are accepted before and after the command name.
+people read stderr (one `ortcompile: error: ...` line, `ortcompile: warning: ...` lines, progress).
+-q/-v/--json/--debug are accepted before and after the command name.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class Output:
             self.lines(lines)
 
     def warning(self, message: str) -> None:
-        if not self.quiet:
-            click.echo(f"ortcompile: warning: {message}", err=True)
+        """Always shown, -q too: -q hides progress, never what the user may need to act on."""
+        click.echo(f"ortcompile: warning: {message}", err=True)
 
     def error(self, message: str, code: int, detail: str | None = None, kind: str = "error") -> int:
         """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code."""
@@ -90,7 +90,7 @@ def output_options(func: Any) -> Any:
         (("--debug",), "debug", "Show Python tracebacks for errors."),
         (("--json",), "as_json", "Print a JSON document on stdout (errors too)."),
         (("-v", "--verbose"), "verbose", "Say more: decisions, placement, error detail, native logs."),
-        (("-q", "--quiet"), "quiet", "No progress, no summary, no warnings (errors still go to stderr)."),
+        (("-q", "--quiet"), "quiet", "No progress, no summary (warnings and errors still go to stderr)."),
     ):
         func = click.option(*flags, name, is_flag=True, expose_value=False, callback=set_flag, help=text)(func)
     return func
@@ -116,7 +116,7 @@ def report_exception(exc: BaseException, out: Output) -> int:
 
 @contextmanager
 def library_warnings() -> Iterator[None]:
-    """Library warnings become one `ortcompile: warning:` line each (none under -q), for this command only."""
+    """Library warnings become one `ortcompile: warning:` line each (-q too), for this command only."""
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         current().warning(str(message))

@@ -108,7 +108,7 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
         reporter.detail(f"{source.name}: rebuilding: {reason}")
         return None
     manifest = Manifest.load(output_dir / OutputNames.for_compile(source, options.output_name).manifest)
-    reporter.stage(f"{output_dir / manifest.model} is up to date")
+    reporter.detail(f"{output_dir / manifest.model} is up to date")  # (the summary line says so too)
     return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
 
