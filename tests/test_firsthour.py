@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 from genmodels import mlp, save
-from helpers import assert_one_line_error, run_cli
+from helpers import assert_one_line_error, run_cli, sparse_weights_model, without_progress
 
+from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
 from ortcompile.compile.worker import ChildTraceback, Worker
 
@@ -131,3 +136,57 @@ def test_quiet_hides_progress_but_never_warnings(pair_in_two_dirs: Path) -> None
         "ortcompile: warning: prefill_ctx.onnx, decode_ctx.onnx: not checked before publishing: "
         "QNN's HTP simulator cannot load shared EP contexts on this machine"]
     assert "warnings and errors still go to stderr" in " ".join(run_cli("compile", "--help").stdout.split())
+
+
+# ---------------------------------------------------------------- 6: a signal with --json; what an interrupted batch kept
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_in_a_batch_prints_json_and_names_what_was_published(signum: int, tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "small.onnx")
+    sparse_weights_model(tmp_path / "big.onnx", tensor_count=6, tensor_mib=100)  # ~2 s to lay out: time to interrupt it
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ortcompile", "compile", "small.onnx", "big.onnx", "-o", "out", "--ep", "cpu",
+                             "--no-config", "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            staged = [f for d in out.glob(".ortcompile-stage-*") for f in d.glob("big_ctx*.data*")]
+            if any(f.stat().st_size > 20 << 20 for f in staged if f.exists()):
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, "the batch ended before it could be interrupted"
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, stderr
+    name = signal.Signals(signum).name
+    message = f"interrupted ({name}); published before it: out/small_ctx.onnx; nothing else was"
+    assert json.loads(stdout) == {"error": {"message": message, "exit_code": 128 + signum, "kind": "Interrupted"}}
+    assert without_progress(stderr) == [f"ortcompile: {message}"]
+    assert (out / "small_ctx.onnx").is_file() and not (out / "big_ctx.onnx").exists()
+
+
+# ---------------------------------------------------------------- 10: the JSON error's kind; internal errors
+
+
+def test_json_error_kind_is_the_error_class(tmp_path: Path) -> None:
+    missing = run_cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "out", "--no-config", "--json")
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"]["kind"] == "InvalidModel"
+    usage = run_cli("compile", "--bogus-option", "--json")
+    assert usage.returncode == 2 and json.loads(usage.stdout)["error"]["kind"] == "UsageError"
+
+
+def test_an_internal_error_has_its_own_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        raise TypeError("a bug")
+    except TypeError as exc:
+        code = report_exception(exc, Output(as_json=True))
+    captured = capsys.readouterr()
+    assert code == 70 and code not in {e.exit_code for e in (errors.CompilationFailed, errors.UsageError, errors.InvalidModel,
+                                                            errors.OutputError, errors.VerificationFailed)}
+    assert json.loads(captured.out)["error"] == {"message": "internal error: TypeError: a bug (rerun with --debug and report it)",
+                                                 "exit_code": 70, "kind": "InternalError"}

@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
-from ortcompile.errors import OrtCompileError, OrtCompileWarning
+from ortcompile.errors import InternalError, OrtCompileError, OrtCompileWarning
 
 EXIT_USAGE = 2
-EXIT_INTERNAL = 1
+EXIT_INTERNAL = InternalError.exit_code
 
 
 @dataclass
@@ -59,11 +59,12 @@ class Output:
         """Always shown, -q too: -q hides progress, never what the user may need to act on."""
         click.echo(f"ortcompile: warning: {message}", err=True)
 
-    def error(self, message: str, code: int, detail: str | None = None, kind: str = "error") -> int:
-        """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code."""
+    def error(self, message: str, code: int, detail: str | None = None, kind: str = "OrtCompileError", prefix: str = "error: ") -> int:
+        """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code.
+        `kind`: the error's class name, for scripts reading the JSON."""
         if self.debug:
             traceback.print_exc()
-        click.echo(f"ortcompile: {kind}: {_one_line(message)}", err=True)
+        click.echo(f"ortcompile: {prefix}{_one_line(message)}", err=True)
         if detail and (self.verbose or self.debug):
             click.echo(detail.rstrip(), err=True)
         if self.as_json and not self.printed_json:
@@ -99,7 +100,7 @@ def output_options(func: Any) -> Any:
 def report_exception(exc: BaseException, out: Output) -> int:
     """Every exception that ends a command, as one line and an exit code (the only such mapping)."""
     if isinstance(exc, OrtCompileError):
-        return out.error(exc.message, exc.exit_code, exc.detail)
+        return out.error(exc.message, exc.exit_code, exc.detail, kind=type(exc).__name__)
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `ortcompile`: the usage and help, as click prints it
@@ -108,10 +109,18 @@ def report_exception(exc: BaseException, out: Output) -> int:
     if isinstance(exc, click.UsageError):
         where = f"{exc.ctx.info_name}: " if exc.ctx is not None and exc.ctx.parent is not None else ""
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        return out.error(f"{where}{_lower_first(exc.format_message()).rstrip('.')}{hint}", EXIT_USAGE)
+        return out.error(f"{where}{_lower_first(exc.format_message()).rstrip('.')}{hint}", EXIT_USAGE, kind="UsageError")
     if isinstance(exc, click.ClickException):
-        return out.error(exc.format_message(), exc.exit_code)
-    return out.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", EXIT_INTERNAL)
+        return out.error(exc.format_message(), exc.exit_code, kind=type(exc).__name__)
+    return out.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", EXIT_INTERNAL, kind=InternalError.__name__)
+
+
+def report_interrupt(signum: int, published: list[str], out: Output) -> int:
+    """SIGINT/SIGTERM: one line saying what was published (a batch keeps the models finished before it), JSON too."""
+    import signal
+
+    kept = f"published before it: {', '.join(published)}; nothing else was" if published else "nothing was published"
+    return out.error(f"interrupted ({signal.Signals(signum).name}); {kept}", 128 + signum, kind="Interrupted", prefix="")
 
 
 @contextmanager

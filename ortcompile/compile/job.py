@@ -97,6 +97,9 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
             if len(models) > 1 and str(model) not in exc.message:
                 exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
             raise
+        except KeyboardInterrupt as exc:  # (Interrupted too) the models before this one stay published: say which
+            exc.published = [r.model_path for r in results]  # type: ignore[attr-defined]
+            raise
     return results
 
 

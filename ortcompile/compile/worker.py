@@ -27,7 +27,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ortcompile.errors import CompilationFailed
+from ortcompile.errors import CompilationFailed, InternalError
 from ortcompile.progress import Reporter, SilentReporter
 
 _PR_SET_PDEATHSIG = 1
@@ -308,7 +308,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
         try:
             conn.send(answer)
         except Exception as exc:  # an unpicklable result or exception: say what it was
-            error = CompilationFailed(f"internal error: cannot hand back {type(exc).__name__}: {exc}")
+            error = InternalError(f"internal error: cannot hand back {type(exc).__name__}: {exc}")
             conn.send(("error", (error, traceback.format_exc()), _peak_rss()))
     sys.stdout.flush()
     sys.stderr.flush()
