@@ -16,6 +16,7 @@ from helpers import assert_one_line_error, run_cli, sparse_weights_model, withou
 from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
 from ortcompile.compile.worker import ChildTraceback, Worker
+from ortcompile.sizes import format_size
 
 
 @pytest.fixture
@@ -190,3 +191,20 @@ def test_an_internal_error_has_its_own_exit_code(capsys: pytest.CaptureFixture[s
                                                             errors.OutputError, errors.VerificationFailed)}
     assert json.loads(captured.out)["error"] == {"message": "internal error: TypeError: a bug (rerun with --debug and report it)",
                                                  "exit_code": 70, "kind": "InternalError"}
+
+
+# ---------------------------------------------------------------- 7: -v says "load only" only when it is
+
+
+def test_verbose_says_load_only_only_when_auto_downgraded(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "-v", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "load only" not in proc.stderr
+    assert "ortcompile: checking model_ctx.onnx: load and run on cpu" in proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize(("size", "shown"), [(0, "0 B"), (1000, "1000 B"), (768 << 10, "768.0 KiB"), (3 << 19, "1.5 MiB"),
+                                             (1 << 30, "1.0 GiB"), (5 << 40, "5120.0 GiB")])
+def test_sizes_under_a_mib_are_kib(size: int, shown: str) -> None:
+    assert format_size(size) == shown

@@ -39,6 +39,7 @@ from ortcompile.output.incremental import why_not_up_to_date
 from ortcompile.output.manifest import Manifest, file_entries
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.sizes import format_size
 
 # Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
@@ -247,9 +248,9 @@ class CompileJob:
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
         """The pre-publish check in the worker child; raise when the output would not load or run."""
         mode = effective_check(self.options.check, self.source.weight_bytes)
-        if mode != self.options.check and self.options.check != "none":
-            self.reporter.detail(f"check: load only: {self.source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
-                                 f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
+        if self.options.check == "auto" and mode == "load":  # only when auto actually downgraded the check
+            self.reporter.detail(f"check: load only: {format_size(self.source.weight_bytes)} of weights (--check auto runs up to "
+                                 f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
         outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, mode,
                             ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter,
                             self.options.verify_criterion if self.options.verify else None)
