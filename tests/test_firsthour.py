@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from genmodels import mlp, save
-from helpers import assert_one_line_error, run_cli, sparse_weights_model, without_progress
+from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_model, without_progress
 
 from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
@@ -208,3 +210,34 @@ def test_verbose_says_load_only_only_when_auto_downgraded(tmp_path: Path) -> Non
                                              (1 << 30, "1.0 GiB"), (5 << 40, "5120.0 GiB")])
 def test_sizes_under_a_mib_are_kib(size: int, shown: str) -> None:
     assert format_size(size) == shown
+
+
+# ---------------------------------------------------------------- 8: stitch's hint works as written
+
+
+def test_stitch_hint_for_a_part_to_compile_again_works_as_written(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    assert run_cli("split", "split.onnx", "-o", "parts", "--ep", "qnn", "--partition", "100K", "-q", cwd=tmp_path).returncode == 0
+    for name in json.loads((tmp_path / "parts" / "split.parts.json").read_text())["parts"]:  # each, by the hint the stitch gives
+        proc = run_cli("stitch", "../parts/split.parts.json", "--parts", "../compiled", "-o", "../st", cwd=tmp_path / "elsewhere")
+        assert proc.returncode == 2
+        command = shlex.split(assert_one_line_error(proc.stderr, f"part {name} is not compiled").split("; compile it with: ", 1)[1])
+        assert run_cli(*command[1:], "-q", cwd=tmp_path / "elsewhere").returncode == 0
+    (tmp_path / "compiled" / "split.part00_ctx.manifest.json").unlink()  # damaged: the part is there, to be compiled again
+    damaged = run_cli("stitch", "parts/split.parts.json", "--parts", "compiled", "-o", "st", cwd=tmp_path)
+    command = shlex.split(assert_one_line_error(damaged.stderr, "compile it again with: ").split("compile it again with: ", 1)[1])
+    assert run_cli(*command[1:], "-q", cwd=tmp_path).returncode == 0  # without --force: "exists" (exit 4)
+    stitched = run_cli("stitch", "parts/split.parts.json", "--parts", "compiled", "-o", "st", "-q", cwd=tmp_path)
+    assert stitched.returncode == 0, stitched.stderr
+    assert (tmp_path / "st" / "split_ctx.onnx").is_file()
+
+
+def test_make_fragment_stitches_into_its_own_directory_never_with_force(tmp_path: Path) -> None:
+    """Decided (partition.md): the fragment stitches into <parts>/stitched/ and replaces only an earlier stitch of this model."""
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    assert run_cli("split", "split.onnx", "-o", "parts", "--ep", "qnn", "--partition", "100K", "-q", cwd=tmp_path).returncode == 0
+    fragment = (tmp_path / "parts" / "split.parts.mk").read_text()
+    [stitch] = [line for line in fragment.splitlines() if " stitch " in line]
+    assert "--replace-stitched" in stitch and "--force" not in stitch
+    assert "SPLIT_OUTPUT ?= $(SPLIT_PARTS)/stitched" in fragment.splitlines()
