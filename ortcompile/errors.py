@@ -50,8 +50,15 @@ class VerificationFailed(OrtCompileError):
     exit_code = 5
 
 
+class InternalError(OrtCompileError):
+    """A bug in ortcompile (any exception that is not one of these classes): its own exit code, so a script can tell
+    "the tool broke" from "the compile failed" (70: sysexits' EX_SOFTWARE)."""
+
+    exit_code = 70
+
+
 class OrtCompileWarning(UserWarning):
-    """Something the user may want to know that does not stop the work (the CLI prints it unless -q)."""
+    """Something the user may want to know that does not stop the work (the CLI prints it, -q too)."""
 
 
 class Interrupted(KeyboardInterrupt):

@@ -1,8 +1,10 @@
 """How the library reports progress: a small protocol, a silent default, and a terminal one.
 
 On a terminal, a long stage shows its elapsed time (a QNN compile can take minutes with no other sign
-of life) and the data pass a byte bar; with -v every stage and detail is a plain line; with -q or when
-stderr is not a terminal (CI logs, pipes) nothing but errors and warnings is printed.
+of life) and the data pass a byte bar. When stderr is not a terminal (CI logs, make, pipes) each stage is
+one plain line as it starts, with no bars or carriage returns (as pip does), so a long compile does not look
+hung. With -v every stage and detail is a plain line; with -q (or --json) no progress is printed, only
+errors and warnings.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ class SilentReporter:
 
 
 class TerminalReporter:
-    """Stages with elapsed time and a byte bar on stderr via tqdm (only on a terminal), -v details as lines."""
+    """Stages on stderr: with elapsed time and a byte bar via tqdm on a terminal, plain lines elsewhere; -v details as lines."""
 
     def __init__(self, show_progress: bool, verbose: bool) -> None:
-        self.show_progress = show_progress and sys.stderr.isatty()
+        self.show_progress = show_progress
+        self.interactive = show_progress and sys.stderr.isatty()  # spinner and bars; else one line per stage
         self.verbose = verbose
         self._bars: list[object] = []
         self._stage = ""
@@ -62,7 +65,7 @@ class TerminalReporter:
     def stage(self, name: str) -> None:
         self._end_spinner()
         self._stage, self._stage_started = name, time.monotonic()
-        if self.verbose:
+        if self.verbose or (self.show_progress and not self.interactive):
             self._write(f"ortcompile: {name}")
         elif self.show_progress:
             self._write(f"ortcompile: {name} ...")
@@ -74,7 +77,7 @@ class TerminalReporter:
 
     def tick(self) -> None:
         """Called while waiting: after a second, keep the current stage's elapsed time on one updating line."""
-        if not self.show_progress or self.verbose or self._bars or not self._stage:
+        if not self.interactive or self.verbose or self._bars or not self._stage:
             return
         now = time.monotonic()
         if now - self._stage_started < SPINNER_AFTER or now - self._last_tick < SPINNER_EVERY:
@@ -84,7 +87,7 @@ class TerminalReporter:
         sys.stderr.flush()
 
     def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
-        if not self.show_progress:
+        if not self.interactive:
             return lambda n: None
         from tqdm import tqdm
 

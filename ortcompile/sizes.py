@@ -18,3 +18,13 @@ def parse_size(value: Any) -> int | None:
     if not match or match.group(2).lower() not in SIZE_UNITS:
         return None
     return int(match.group(1)) * SIZE_UNITS[match.group(2).lower()]
+
+
+def format_size(size: int) -> str:
+    """'512 B', '768.0 KiB', '1.5 MiB', '2.0 GiB': never '0 MiB' for a size under a MiB."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

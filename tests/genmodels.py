@@ -25,7 +25,7 @@ OPSET = 17
 
 
 def error_lines(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if line.strip()]
+    return helpers.without_progress(stderr)
 
 
 # ---------------------------------------------------------------- directory snapshots

@@ -125,10 +125,19 @@ def popen_process(*args: object, env: dict[str, str] | None = None, **kwargs: An
                             text=True, env=env or cli_env(), **kwargs)
 
 
+_NOT_PROGRESS = ("ortcompile: error:", "ortcompile: warning:", "ortcompile: interrupted")
+
+
+def without_progress(stderr: str) -> list[str]:
+    """stderr's lines but the progress ones: a stderr that is not a terminal (a pipe, CliRunner's) gets one plain
+    `ortcompile: STAGE` line per stage before any error (issue 23: 5)."""
+    return [line for line in stderr.splitlines() if line.strip() and (not line.startswith("ortcompile: ") or line.startswith(_NOT_PROGRESS))]
+
+
 def assert_one_line_error(stderr: str, *needles: str) -> str:
-    """A user error: exactly one stderr line, `ortcompile: error: ...`, no traceback; returns the line."""
+    """A user error: exactly one stderr line, `ortcompile: error: ...`, no traceback (progress lines before it aside); returns the line."""
     assert "Traceback" not in stderr, stderr
-    lines = [line for line in stderr.splitlines() if line.strip()]
+    lines = without_progress(stderr)
     assert len(lines) == 1, f"expected one stderr line, got:\n{stderr}"
     assert lines[0].startswith("ortcompile: error:"), lines[0]
     for needle in needles:

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import onnx
 import pytest
-from helpers import FIXTURES, cpu_only_model, published, run_cli
+from helpers import FIXTURES, cpu_only_model, published, run_cli, without_progress
 from onnx import TensorProto, helper
 
 from ortcompile.output.incremental import RACY_WINDOW_NS
@@ -450,6 +450,6 @@ def test_batch_failure_names_the_model_and_keeps_earlier_outputs(tmp_path: Path,
     run = cli(cache, "compile", mlp, sinh, split, "-o", out, "--ep", "qnn")
     assert run.returncode == 1 and run.stdout == ""
     assert sorted(os.listdir(out)) == ["mlp_ctx.manifest.json", "mlp_ctx.onnx"]
-    [line] = run.stderr.splitlines()
+    [line] = without_progress(run.stderr)
     assert line.startswith("ortcompile: error: ") and "took none of this model's nodes" in line
     assert "sinh.onnx" in line

@@ -45,6 +45,7 @@ from helpers import (
     sha256,
     snapshot,
     weights_model,
+    without_progress,
 )
 from onnx import TensorProto, helper, numpy_helper
 
@@ -361,7 +362,7 @@ def test_share_weights_verify_of_an_unloadable_shared_context_publishes_nothing(
     out = tmp_path / "out"
     proc = run_process("compile", MLP, SPLIT, "-o", out, "--ep", "qnn", "--share-weights", "--verify")  # a crash: see the top
     assert proc.returncode == 1, proc.stderr
-    warning, *error = proc.stderr.splitlines()  # the pre-publish check says once that it cannot load them here
+    warning, *error = without_progress(proc.stderr)  # the pre-publish check says once that it cannot load them here
     assert warning == ("ortcompile: warning: mlp_ctx.onnx, split_ctx.onnx: not checked before publishing: "
                        "QNN's HTP simulator cannot load shared EP contexts on this machine"), proc.stderr
     line = assert_one_line_error("\n".join(error), "shared EP context: cannot be loaded on this device")

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ortcompile.cli.output import Output, flush, library_warnings, output_options, report_exception
+from ortcompile.cli.output import Output, flush, library_warnings, output_options, report_exception, report_interrupt
 from ortcompile.errors import Interrupted
 from ortcompile.version import __version__
 
@@ -20,9 +20,11 @@ from ortcompile.version import __version__
 class _Stopped(BaseException):
     """SIGINT/SIGTERM while a command ran; carried past click (which would turn it into "Aborted!")."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, published: list[str]) -> None:
         super().__init__(signum)
         self.signum = signum
+        self.published = published  # outputs of a batch finished before the signal
+        self.out = Output()
 
 
 class OrtcompileGroup(click.Group):
@@ -38,7 +40,8 @@ class OrtcompileGroup(click.Group):
             try:
                 value = super().main(argv, prog_name or "ortcompile", complete_var, standalone_mode=False, obj=out, **extra)
                 code = value if isinstance(value, int) else 0
-            except _Stopped:
+            except _Stopped as stop:
+                stop.out = out  # the report (with --json, on stdout too) is printed once the signal handlers are done
                 raise
             except Exception as exc:  # ClickException, OrtCompileError, or a bug: all reported the same way
                 code = report_exception(exc, out)
@@ -50,7 +53,8 @@ class OrtcompileGroup(click.Group):
         try:
             return super().invoke(ctx)
         except KeyboardInterrupt as exc:
-            raise _Stopped(exc.signum if isinstance(exc, Interrupted) else signal.SIGINT) from None
+            published = [str(p) for p in getattr(exc, "published", [])]  # set by compile_models
+            raise _Stopped(exc.signum if isinstance(exc, Interrupted) else signal.SIGINT, published) from None
 
 
 @click.group(cls=OrtcompileGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
@@ -71,8 +75,7 @@ def run() -> None:
     try:
         code = main.main(standalone_mode=False)
     except _Stopped as stop:
-        click.echo(f"ortcompile: interrupted ({signal.Signals(stop.signum).name}); nothing was published", err=True)
-        code = 128 + stop.signum
+        code = report_interrupt(stop.signum, stop.published, stop.out)
     flush()
     os._exit(code if isinstance(code, int) else 1)
 

@@ -23,7 +23,8 @@ def command(targets: bool, ep_name: str | None) -> None:
         listings = eps.list_targets(ep_name)
         out.result({"targets": [t.to_json() for t in listings]}, _targets_text(listings))
         return
-    found = [e for e in eps.list_eps() if ep_name is None or ep_name.lower() in (e.short_name, e.ep_name.lower())]
+    wanted = eps.lookup(ep_name) if ep_name is not None else None  # a typo is a usage error, not an empty table
+    found = [e for e in eps.list_eps() if wanted is None or e.ep_name == wanted.ep_name]
     width = max([len(e.short_name) for e in found] + [4]) + 2
     lines = [f"{'NAME':<{width}}{'EP':<32}{'AVAILABLE':<11}{'EPCONTEXT':<11}DEVICES / NOTE"]
     for entry in found:

@@ -1,8 +1,8 @@
 """What the CLI prints, and the one place where errors become a message and an exit code.
 
 Scripts read stdout (a summary line per result, or one JSON document with --json) and the exit code;
-people read stderr (one `ortcompile: error: ...` line, `ortcompile: warning: ...` lines, progress on a
-terminal). -q/-v/--json/--debug are accepted before and after the command name.
+people read stderr (one `ortcompile: error: ...` line, `ortcompile: warning: ...` lines, progress).
+-q/-v/--json/--debug are accepted before and after the command name.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 import click
 
-from ortcompile.errors import OrtCompileError, OrtCompileWarning
+from ortcompile.errors import InternalError, OrtCompileError, OrtCompileWarning
 
 EXIT_USAGE = 2
-EXIT_INTERNAL = 1
+EXIT_INTERNAL = InternalError.exit_code
 
 
 @dataclass
@@ -56,14 +56,15 @@ class Output:
             self.lines(lines)
 
     def warning(self, message: str) -> None:
-        if not self.quiet:
-            click.echo(f"ortcompile: warning: {message}", err=True)
+        """Always shown, -q too: -q hides progress, never what the user may need to act on."""
+        click.echo(f"ortcompile: warning: {message}", err=True)
 
-    def error(self, message: str, code: int, detail: str | None = None, kind: str = "error") -> int:
-        """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code."""
+    def error(self, message: str, code: int, detail: str | None = None, kind: str = "OrtCompileError", prefix: str = "error: ") -> int:
+        """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code.
+        `kind`: the error's class name, for scripts reading the JSON."""
         if self.debug:
             traceback.print_exc()
-        click.echo(f"ortcompile: {kind}: {_one_line(message)}", err=True)
+        click.echo(f"ortcompile: {prefix}{_one_line(message)}", err=True)
         if detail and (self.verbose or self.debug):
             click.echo(detail.rstrip(), err=True)
         if self.as_json and not self.printed_json:
@@ -90,7 +91,7 @@ def output_options(func: Any) -> Any:
         (("--debug",), "debug", "Show Python tracebacks for errors."),
         (("--json",), "as_json", "Print a JSON document on stdout (errors too)."),
         (("-v", "--verbose"), "verbose", "Say more: decisions, placement, error detail, native logs."),
-        (("-q", "--quiet"), "quiet", "No progress, no summary, no warnings (errors still go to stderr)."),
+        (("-q", "--quiet"), "quiet", "No progress, no summary (warnings and errors still go to stderr)."),
     ):
         func = click.option(*flags, name, is_flag=True, expose_value=False, callback=set_flag, help=text)(func)
     return func
@@ -99,21 +100,32 @@ def output_options(func: Any) -> Any:
 def report_exception(exc: BaseException, out: Output) -> int:
     """Every exception that ends a command, as one line and an exit code (the only such mapping)."""
     if isinstance(exc, OrtCompileError):
-        return out.error(exc.message, exc.exit_code, exc.detail)
+        return out.error(exc.message, exc.exit_code, exc.detail, kind=type(exc).__name__)
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `ortcompile`: the usage and help, as click prints it
+        exc.show()
+        return EXIT_USAGE
     if isinstance(exc, click.UsageError):
         where = f"{exc.ctx.info_name}: " if exc.ctx is not None and exc.ctx.parent is not None else ""
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        return out.error(f"{where}{_lower_first(exc.format_message()).rstrip('.')}{hint}", EXIT_USAGE)
+        return out.error(f"{where}{_lower_first(exc.format_message()).rstrip('.')}{hint}", EXIT_USAGE, kind="UsageError")
     if isinstance(exc, click.ClickException):
-        return out.error(exc.format_message(), exc.exit_code)
-    return out.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", EXIT_INTERNAL)
+        return out.error(exc.format_message(), exc.exit_code, kind=type(exc).__name__)
+    return out.error(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug and report it)", EXIT_INTERNAL, kind=InternalError.__name__)
+
+
+def report_interrupt(signum: int, published: list[str], out: Output) -> int:
+    """SIGINT/SIGTERM: one line saying what was published (a batch keeps the models finished before it), JSON too."""
+    import signal
+
+    kept = f"published before it: {', '.join(published)}; nothing else was" if published else "nothing was published"
+    return out.error(f"interrupted ({signal.Signals(signum).name}); {kept}", 128 + signum, kind="Interrupted", prefix="")
 
 
 @contextmanager
 def library_warnings() -> Iterator[None]:
-    """Library warnings become one `ortcompile: warning:` line each (none under -q), for this command only."""
+    """Library warnings become one `ortcompile: warning:` line each (-q too), for this command only."""
 
     def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
         current().warning(str(message))

@@ -6,6 +6,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ortcompile.sizes import format_size
+
 
 def plural(count: int, noun: str) -> str:
     """'1 file', '2 files': counts in messages read as English."""
@@ -13,14 +15,7 @@ def plural(count: int, noun: str) -> str:
 
 
 def human_size(size: int | None) -> str:
-    if size is None:
-        return "-"
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
+    return "-" if size is None else format_size(size)
 
 
 def _shape(io: dict[str, Any]) -> str:

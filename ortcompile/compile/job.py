@@ -39,6 +39,7 @@ from ortcompile.output.incremental import why_not_up_to_date
 from ortcompile.output.manifest import Manifest, file_entries
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.sizes import format_size
 
 # Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
@@ -97,6 +98,9 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
             if len(models) > 1 and str(model) not in exc.message:
                 exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
             raise
+        except KeyboardInterrupt as exc:  # (Interrupted too) the models before this one stay published: say which
+            exc.published = [r.model_path for r in results]  # type: ignore[attr-defined]
+            raise
     return results
 
 
@@ -108,7 +112,7 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
         reporter.detail(f"{source.name}: rebuilding: {reason}")
         return None
     manifest = Manifest.load(output_dir / OutputNames.for_compile(source, options.output_name).manifest)
-    reporter.stage(f"{output_dir / manifest.model} is up to date")
+    reporter.detail(f"{output_dir / manifest.model} is up to date")  # (the summary line says so too)
     return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
 
@@ -176,7 +180,10 @@ class CompileJob:
             digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
 
     def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
-        return EpStep(self.source, self.request, staging_dir, self.names.model, self.options.layout, self.pins,
+        # Absolute here, in the planner: the worker child resolves nothing against a working directory (it may have
+        # started in another one, as a warm spare, and ORT's compile runs from the model's own directory).
+        source = dataclasses.replace(self.source, path=self.source.path.absolute())
+        return EpStep(source, self.request, staging_dir.absolute(), self.names.model, self.options.layout, self.pins,
                       self.compiles and self.options.prepare, self.require_compiled, session_config or {}, dict(self.options.freeze))
 
     def build(self, staging_dir: Path, workers: Workers) -> Built:
@@ -241,9 +248,9 @@ class CompileJob:
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
         """The pre-publish check in the worker child; raise when the output would not load or run."""
         mode = effective_check(self.options.check, self.source.weight_bytes)
-        if mode != self.options.check and self.options.check != "none":
-            self.reporter.detail(f"check: load only: {self.source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
-                                 f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
+        if self.options.check == "auto" and mode == "load":  # only when auto actually downgraded the check
+            self.reporter.detail(f"check: load only: {format_size(self.source.weight_bytes)} of weights (--check auto runs up to "
+                                 f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
         outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, mode,
                             ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter,
                             self.options.verify_criterion if self.options.verify else None)

@@ -35,8 +35,9 @@ from ortcompile.paths import is_plain_name
 
 
 def compile_command(plan: PartsPlan, part: str, compiled_dir: Path) -> str:
-    """The command that compiles `part` as planned into `compiled_dir`, as it can be pasted into a shell."""
-    return shlex.join(["ortcompile", "compile", str(plan.directory / part), "-o", f"{compiled_dir}/", *plan.compile_args])
+    """The command that compiles `part` as planned into `compiled_dir`, as it can be pasted into a shell (--force: a
+    refused part's earlier output is there to be replaced, as the Make fragment's rule does)."""
+    return shlex.join(["ortcompile", "compile", str(plan.directory / part), "-o", f"{compiled_dir}/", "--force", *plan.compile_args])
 
 
 @dataclass

@@ -24,6 +24,7 @@ from ortcompile.errors import CompilationFailed, OrtCompileError
 from ortcompile.native import proc_kib_field
 from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.sizes import format_size
 
 if TYPE_CHECKING:
     from ortcompile.compile.finish import Built
@@ -63,8 +64,8 @@ def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
     split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
                         plan_record(job, None, parts_dir), link_sources=True, given=given_inputs(options) if options.inputs else None)
     job.timings["split"] = time.perf_counter() - clock
-    job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {split.plan.budget >> 20} MiB of weights: "
-                        + ", ".join(f"{p.weight_bytes >> 20} MiB" for p in split.plan.parts))
+    job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {format_size(split.plan.budget)} of weights: "
+                        + ", ".join(format_size(p.weight_bytes) for p in split.plan.parts))
     clock = time.perf_counter()
     try:
         results = compile_parts(split, compiled_dir, part_options(job.options), options.partition, job.reporter)
@@ -121,7 +122,7 @@ def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partitio
             while pending or running:
                 while pending and len(running) < jobs and (not running or sum(running.values()) + estimate_peak(pending[0][0].weight_bytes) <= memory):
                     part, name = pending.pop(0)
-                    reporter.stage(f"compiling part {part.index + 1}/{len(split.parts)} ({part.weight_bytes >> 20} MiB of weights)")
+                    reporter.stage(f"compiling part {part.index + 1}/{len(split.parts)} ({format_size(part.weight_bytes)} of weights)")
                     future = pool.submit(_compile_one, split.directory / name, compiled_dir, options)
                     running[future] = estimate_peak(part.weight_bytes)
                     future.part = (part.index, name)  # type: ignore[attr-defined]

@@ -31,7 +31,7 @@ from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.errors import UsageError, output_error
 from ortcompile.naming import strip_onnx
-from ortcompile.native import native_output_shown
+from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import WrittenFile, digest_inputs_in_background
 from ortcompile.output.publish import Staging, remove_created_dirs
@@ -122,13 +122,19 @@ def _build_batch(jobs: list[CompileJob], staging_dir: Path, workers: Workers) ->
     shared_name = f"{strip_onnx(jobs[0].source.path.name)}_shared"
     steps = [job.step(staging_dir, _sharing_config(job, last=(i == len(jobs) - 1))) for i, job in enumerate(jobs)]
     if jobs[0].compiles:  # one child for the whole batch: the EP shares its context within one process
+        worker = workers.get()
         try:
-            outputs, data_files, reused = workers.get().call(run_shared_steps, steps, shared_name, doing="compiling the batch")
+            outputs, data_files, reused = worker.call(run_shared_steps, steps, shared_name, doing="compiling the batch")
         except NothingCompiled as exc:
             job = next((j for j in jobs if j.source.path.name == exc.model), jobs[0])
             raise job.explain_nothing_compiled(exc) from exc
+        peak = worker.peak_rss_bytes
     else:
         outputs, data_files, reused = run_shared_steps(steps, shared_name, jobs[0].reporter)
+        peak = peak_rss_bytes()
+    for job, output in zip(jobs, outputs):  # each model's own pass-1 time; the batch's one peak (the child compiled them all)
+        job.timings.update(output.seconds)
+        job.peaks["compile"] = peak
     jobs[0].reporter.detail(f"shared weights: {reused} bytes stored once instead of again")
     # Every model's graph pass comes after the last compile: the shared EP context is complete by then.
     staged = StagedNames(staging_dir, data_files)

@@ -22,11 +22,12 @@ import signal
 import subprocess
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ortcompile.errors import CompilationFailed
+from ortcompile.errors import CompilationFailed, InternalError
 from ortcompile.progress import Reporter, SilentReporter
 
 _PR_SET_PDEATHSIG = 1
@@ -35,6 +36,14 @@ _POLL_SECONDS = 0.1
 
 class WorkerCrashed(CompilationFailed):
     """The child died from a signal or exited without answering."""
+
+
+class ChildTraceback(Exception):
+    """Where an error handed back by the child was raised: its formatted traceback, the cause of the error the
+    parent re-raises, so --debug shows the child's frames (not only `raise payload` here)."""
+
+    def __str__(self) -> str:
+        return "in the worker child:\n" + str(self.args[0]).rstrip()
 
 
 class Worker:
@@ -86,7 +95,8 @@ class Worker:
             if kind == "progress":
                 self._relay(*payload)
             elif kind == "error":
-                raise payload
+                error, child_traceback = payload
+                raise error from ChildTraceback(child_traceback)
             else:
                 return payload
 
@@ -294,11 +304,12 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
         try:
             answer = ("result", func(*args, reporter=reporter), _peak_rss())
         except BaseException as exc:  # handed to the parent, which raises it
-            answer = ("error", exc, _peak_rss())
+            answer = ("error", (exc, traceback.format_exc()), _peak_rss())
         try:
             conn.send(answer)
         except Exception as exc:  # an unpicklable result or exception: say what it was
-            conn.send(("error", CompilationFailed(f"internal error: cannot hand back {type(exc).__name__}: {exc}"), _peak_rss()))
+            error = InternalError(f"internal error: cannot hand back {type(exc).__name__}: {exc}")
+            conn.send(("error", (error, traceback.format_exc()), _peak_rss()))
     sys.stdout.flush()
     sys.stderr.flush()
     if native_filter is not None:

@@ -12,6 +12,7 @@ up-to-date check must not import onnxruntime at all. EP names come from the stri
 from __future__ import annotations
 
 import ast
+import difflib
 import functools
 import importlib.util
 import os
@@ -133,8 +134,15 @@ def lookup(name: str) -> EpInfo:
         if not info.ep_name and info.module and key == info.short_name:
             return _imported(info)
     known = ", ".join([*dict.fromkeys(i.short_name for i in eps if i.ep_name), "auto"])
-    raise UsageError(f"unknown execution provider {name!r}; use one of: {known}, or a full EP name listed by 'ortcompile eps'"
-                     " (an unpackaged plugin: --ep-library PATH --ep EPNAME)")
+    raise UsageError(f"unknown execution provider {name!r}{did_you_mean(key, eps)}; use one of: {known}, or a full EP name listed "
+                     "by 'ortcompile eps' (an unpackaged plugin: --ep-library PATH --ep EPNAME)")
+
+
+def did_you_mean(key: str, eps: list[EpInfo]) -> str:
+    """' (did you mean 'qnn'?)' for a typo of a known EP name (short, alias or full), as click does for options."""
+    spelled = {n: (i.ep_name if n == i.ep_name.lower() else n) for i in eps if i.ep_name for n in i.names()}
+    close = difflib.get_close_matches(key, [*spelled, "auto"], n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(repr(spelled.get(c, c)) for c in close)}?)" if close else ""
 
 
 def _imported(info: EpInfo) -> EpInfo:

@@ -1,0 +1,243 @@
+"""Issue 23: the first hour, again — what a new user and an adversarial tester tripped over, each point through the CLI."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from genmodels import mlp, save
+from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_model, without_progress
+
+from ortcompile import errors
+from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
+from ortcompile.compile.worker import ChildTraceback, Worker
+from ortcompile.sizes import format_size
+
+
+@pytest.fixture
+def pair_in_two_dirs(tmp_path: Path) -> Path:
+    """prefill in a/, decode in b/ (dynamic batch: the prepare step stages a model of its own), run from c/."""
+    save(mlp(width=128, batch="batch", seed=1), tmp_path / "a" / "prefill.onnx", external="prefill.onnx.data")
+    save(mlp(width=128, batch="batch", seed=2), tmp_path / "b" / "decode.onnx", external="decode.onnx.data")
+    (tmp_path / "c").mkdir()
+    return tmp_path / "c"
+
+
+# ---------------------------------------------------------------- 1: --share-weights with relative paths
+
+
+def test_share_weights_with_relative_paths_from_another_directory(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--no-config", "--json", cwd=pair_in_two_dirs)
+    assert proc.returncode == 0, proc.stderr
+    outputs = json.loads(proc.stdout)["outputs"]
+    assert [Path(o["model"]).name for o in outputs] == ["prefill_ctx.onnx", "decode_ctx.onnx"]
+    assert all((pair_in_two_dirs / "out" / Path(o["model"]).name).is_file() for o in outputs)
+    for output in outputs:  # each model's real compile time and the worker child's peak, not 0.0s and the parent's
+        assert output["timings"]["compile"] > 0.0
+        assert output["peak_rss_by_stage"]["compile"] > 50 << 20  # the child imported onnxruntime and QNN
+        assert output["peak_rss_bytes"] >= output["peak_rss_by_stage"]["compile"]
+    summary = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                      "--fix-dim", "batch=1", "--no-config", "--force", cwd=pair_in_two_dirs)
+    assert summary.returncode == 0, summary.stderr
+    assert "0.0s compile" not in summary.stdout, summary.stdout
+
+
+# ---------------------------------------------------------------- 2: --debug shows where the child failed
+
+
+def test_debug_shows_the_worker_childs_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    """An internal error in the child (json.loads given the worker's `reporter` keyword: a TypeError raised in json)."""
+    with Worker() as worker, pytest.raises(TypeError) as caught:
+        worker.call(json.loads, "{}", doing="testing")
+    assert isinstance(caught.value.__cause__, ChildTraceback)
+    try:
+        raise caught.value
+    except TypeError as exc:
+        code = report_exception(exc, Output(debug=True))
+    err = capsys.readouterr().err
+    assert code == EXIT_INTERNAL
+    assert "in the worker child:" in err and "json/__init__.py" in err and "in _serve" in err, err  # the child's own frames
+    assert err.rstrip().splitlines()[-1].startswith("ortcompile: error: internal error: TypeError")
+
+
+# ---------------------------------------------------------------- 3: bare `ortcompile`
+
+
+def test_no_arguments_print_the_help_as_lines() -> None:
+    proc = run_cli()
+    assert proc.returncode == 2  # what click's groups exit with when given nothing
+    lines = proc.stderr.splitlines()
+    assert lines[0].startswith("Usage: ortcompile [OPTIONS] COMMAND"), proc.stderr
+    assert "error:" not in proc.stderr and len(lines) > 10
+    assert any(line.split()[:1] == ["compile"] for line in lines)  # the commands, one a line
+
+
+# ---------------------------------------------------------------- 4: EP name typos
+
+
+@pytest.mark.parametrize("args", [("eps", "--ep", "qnnn"), ("eps", "--targets", "--ep", "qnnn"),
+                                  ("compile", "model.onnx", "-o", "out", "--ep", "qnnn")])
+def test_an_ep_name_typo_is_a_usage_error_with_a_suggestion(args: tuple[str, ...], tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli(*args, "--no-config" if args[0] == "compile" else "-q", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "unknown execution provider 'qnnn' (did you mean 'qnn'?)")
+
+
+def test_eps_of_an_unknown_ep_fails_a_ci_gate() -> None:
+    proc = run_cli("eps", "--ep", "bogus", "--json")
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout)["error"]["exit_code"] == 2  # not {"eps": []} and exit 0
+
+
+def test_eps_by_its_full_name_still_lists_it() -> None:
+    proc = run_cli("eps", "--ep", "QNNExecutionProvider", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert [e["ep_name"] for e in json.loads(proc.stdout)["eps"]] == ["QNNExecutionProvider"]
+
+
+# ---------------------------------------------------------------- 5: progress on a stderr that is not a terminal
+
+
+def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", cwd=tmp_path)  # CliRunner's stderr: a pipe
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[:2] == ["ortcompile: reading model", "ortcompile: laying out weights of model.onnx"], proc.stderr
+    assert "ortcompile: publishing" in lines and "\r" not in proc.stderr and "data pass" not in proc.stderr  # no bars
+    assert proc.stdout.startswith("out/model_ctx.onnx: ")  # the summary stays on stdout
+    quiet = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "--force", "-q", cwd=tmp_path)
+    assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+
+
+# ---------------------------------------------------------------- 9: --share-weights --partition; -q keeps warnings
+
+
+def test_share_weights_with_partition_is_a_usage_error(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--partition", "auto", "--no-config", cwd=pair_in_two_dirs)
+    assert proc.returncode == 2
+    assert_one_line_error(proc.stderr, "--share-weights compiles each model whole", "--partition")
+    assert not (pair_in_two_dirs / "out").exists()
+
+
+def test_quiet_hides_progress_but_never_warnings(pair_in_two_dirs: Path) -> None:
+    proc = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
+                   "--fix-dim", "batch=1", "--no-config", "-q", cwd=pair_in_two_dirs)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.splitlines() == [
+        "ortcompile: warning: prefill_ctx.onnx, decode_ctx.onnx: not checked before publishing: "
+        "QNN's HTP simulator cannot load shared EP contexts on this machine"]
+    assert "warnings and errors still go to stderr" in " ".join(run_cli("compile", "--help").stdout.split())
+
+
+# ---------------------------------------------------------------- 6: a signal with --json; what an interrupted batch kept
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_in_a_batch_prints_json_and_names_what_was_published(signum: int, tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "small.onnx")
+    sparse_weights_model(tmp_path / "big.onnx", tensor_count=6, tensor_mib=100)  # ~2 s to lay out: time to interrupt it
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "ortcompile", "compile", "small.onnx", "big.onnx", "-o", "out", "--ep", "cpu",
+                             "--no-config", "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            staged = [f for d in out.glob(".ortcompile-stage-*") for f in d.glob("big_ctx*.data*")]
+            if any(f.stat().st_size > 20 << 20 for f in staged if f.exists()):
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, "the batch ended before it could be interrupted"
+        proc.send_signal(signum)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signum, stderr
+    name = signal.Signals(signum).name
+    message = f"interrupted ({name}); published before it: out/small_ctx.onnx; nothing else was"
+    assert json.loads(stdout) == {"error": {"message": message, "exit_code": 128 + signum, "kind": "Interrupted"}}
+    assert without_progress(stderr) == [f"ortcompile: {message}"]
+    assert (out / "small_ctx.onnx").is_file() and not (out / "big_ctx.onnx").exists()
+
+
+# ---------------------------------------------------------------- 10: the JSON error's kind; internal errors
+
+
+def test_json_error_kind_is_the_error_class(tmp_path: Path) -> None:
+    missing = run_cli("compile", tmp_path / "missing.onnx", "-o", tmp_path / "out", "--no-config", "--json")
+    assert missing.returncode == 3 and json.loads(missing.stdout)["error"]["kind"] == "InvalidModel"
+    usage = run_cli("compile", "--bogus-option", "--json")
+    assert usage.returncode == 2 and json.loads(usage.stdout)["error"]["kind"] == "UsageError"
+
+
+def test_an_internal_error_has_its_own_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        raise TypeError("a bug")
+    except TypeError as exc:
+        code = report_exception(exc, Output(as_json=True))
+    captured = capsys.readouterr()
+    assert code == 70 and code not in {e.exit_code for e in (errors.CompilationFailed, errors.UsageError, errors.InvalidModel,
+                                                            errors.OutputError, errors.VerificationFailed)}
+    assert json.loads(captured.out)["error"] == {"message": "internal error: TypeError: a bug (rerun with --debug and report it)",
+                                                 "exit_code": 70, "kind": "InternalError"}
+
+
+# ---------------------------------------------------------------- 7: -v says "load only" only when it is
+
+
+def test_verbose_says_load_only_only_when_auto_downgraded(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "-v", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "load only" not in proc.stderr
+    assert "ortcompile: checking model_ctx.onnx: load and run on cpu" in proc.stderr.splitlines()
+
+
+@pytest.mark.parametrize(("size", "shown"), [(0, "0 B"), (1000, "1000 B"), (768 << 10, "768.0 KiB"), (3 << 19, "1.5 MiB"),
+                                             (1 << 30, "1.0 GiB"), (5 << 40, "5120.0 GiB")])
+def test_sizes_under_a_mib_are_kib(size: int, shown: str) -> None:
+    assert format_size(size) == shown
+
+
+# ---------------------------------------------------------------- 8: stitch's hint works as written
+
+
+def test_stitch_hint_for_a_part_to_compile_again_works_as_written(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    (tmp_path / "elsewhere").mkdir()
+    assert run_cli("split", "split.onnx", "-o", "parts", "--ep", "qnn", "--partition", "100K", "-q", cwd=tmp_path).returncode == 0
+    for name in json.loads((tmp_path / "parts" / "split.parts.json").read_text())["parts"]:  # each, by the hint the stitch gives
+        proc = run_cli("stitch", "../parts/split.parts.json", "--parts", "../compiled", "-o", "../st", cwd=tmp_path / "elsewhere")
+        assert proc.returncode == 2
+        command = shlex.split(assert_one_line_error(proc.stderr, f"part {name} is not compiled").split("; compile it with: ", 1)[1])
+        assert run_cli(*command[1:], "-q", cwd=tmp_path / "elsewhere").returncode == 0
+    (tmp_path / "compiled" / "split.part00_ctx.manifest.json").unlink()  # damaged: the part is there, to be compiled again
+    damaged = run_cli("stitch", "parts/split.parts.json", "--parts", "compiled", "-o", "st", cwd=tmp_path)
+    command = shlex.split(assert_one_line_error(damaged.stderr, "compile it again with: ").split("compile it again with: ", 1)[1])
+    assert run_cli(*command[1:], "-q", cwd=tmp_path).returncode == 0  # without --force: "exists" (exit 4)
+    stitched = run_cli("stitch", "parts/split.parts.json", "--parts", "compiled", "-o", "st", "-q", cwd=tmp_path)
+    assert stitched.returncode == 0, stitched.stderr
+    assert (tmp_path / "st" / "split_ctx.onnx").is_file()
+
+
+def test_make_fragment_stitches_into_its_own_directory_never_with_force(tmp_path: Path) -> None:
+    """Decided (partition.md): the fragment stitches into <parts>/stitched/ and replaces only an earlier stitch of this model."""
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    assert run_cli("split", "split.onnx", "-o", "parts", "--ep", "qnn", "--partition", "100K", "-q", cwd=tmp_path).returncode == 0
+    fragment = (tmp_path / "parts" / "split.parts.mk").read_text()
+    [stitch] = [line for line in fragment.splitlines() if " stitch " in line]
+    assert "--replace-stitched" in stitch and "--force" not in stitch
+    assert "SPLIT_OUTPUT ?= $(SPLIT_PARTS)/stitched" in fragment.splitlines()
