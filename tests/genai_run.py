@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnxruntime_genai as og
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> None:
         import onnxruntime_qnn
 
         og.register_execution_provider_library("QNNExecutionProvider", onnxruntime_qnn.get_library_path())
-    config = json.load(open(f"{folder}/genai_config.json"))
+    config = json.loads(Path(folder, "genai_config.json").read_text())
     vocab = int(config["model"]["vocab_size"])
     model = og.Model(folder)
     params = og.GeneratorParams(model)
