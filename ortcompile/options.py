@@ -62,6 +62,7 @@ class CompileOptions:
     target: str | None = None  # --target: device generation to compile for (None: the EP's default, see eps/targets.py)
     ep_library: str | None = None  # --ep-library: register this plugin library under the name given by `ep`
     output_name: str | None = None  # -o DIR/FILE.onnx: the compiled model's file name (None: `<stem>_ctx.onnx`)
+    require_full: bool = False  # a fragmented EP graph (CPU nodes between EPContext nodes) is an error, not a warning
     compatibility: bool = False  # ask ONNX Runtime whether the output fits the devices here (a child process, ~0.3 s; --json)
 
     def __post_init__(self) -> None:

@@ -91,9 +91,9 @@ def _raise_on_termination_signals() -> None:
 
 
 def _register_commands() -> None:
-    from ortcompile.cli import bench, check, compile, eps, inspect, split, stitch, verify
+    from ortcompile.cli import bench, check, compile, eps, inspect, llm, split, stitch, verify
 
-    for module in (compile, split, stitch, inspect, verify, check, eps, bench):
+    for module in (compile, split, stitch, inspect, verify, check, eps, bench, llm):
         main.add_command(module.command)
 
 

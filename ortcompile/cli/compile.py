@@ -28,13 +28,14 @@ if TYPE_CHECKING:
 @click.option("--share-weights", is_flag=True, help="Batch: store identical weights once and share the EP context across the models.")
 @click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
 @click.option("--depfile", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write a Make dependency file (like gcc -MD).")
+@click.option("--require-full", is_flag=True, help="A fragmented EP graph (CPU nodes between EPContext nodes) is an error (exit 1), not a warning.")
 @click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
 @input_options(with_dims=False)
 @criterion_options
 @output_options
 def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_budget: int | None, force: bool, share_weights: bool,
-            if_changed: bool, depfile: str | None, verify: bool, input_args: tuple[str, ...], inputs_file: str | None, precision: str | None,
-            **rest: Any) -> None:
+            if_changed: bool, depfile: str | None, require_full: bool, verify: bool, input_args: tuple[str, ...], inputs_file: str | None,
+            precision: str | None, **rest: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.config import compile_options
     from ortcompile.native import set_ort_log_level
@@ -47,7 +48,8 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     settings, config = configured(list(models), take_shaping(rest))
     check_scheduling(settings.values(), jobs, memory_budget)
     common = dict(output_name=name, force=force, verify=verify, verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
-                  inputs=given_inputs(input_args, inputs_file), if_changed=if_changed, compatibility=out.as_json)
+                  inputs=given_inputs(input_args, inputs_file), if_changed=if_changed, compatibility=out.as_json,
+                  require_full=require_full)
     options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
     if share_weights:
         from ortcompile.compile.sharing import compile_shared

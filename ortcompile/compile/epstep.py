@@ -80,7 +80,8 @@ def run_ep_step(step: EpStep, reporter: Reporter, data_pass: DataPass | None = N
     if step.prepare:
         reporter.stage(f"preparing {step.source.path.name}: pinning shapes, folding constants")
         model, summary = prepare_model(model, step.pins, step.staging_dir / PREPARE_DIR, step.layout.inline_threshold, step.source.weight_bytes,
-                                       step.frozen)
+                                       step.frozen, ep.name, ep.options)
+        ep.options = {**ep.options, **summary.ep_fixes.provider_options}  # e.g. QNN's op_affinity file
         seconds["prepare"] = summary.seconds
         reporter.detail(summary.describe())
         source_files, overrides = {f"{model.name}.data": model.with_name(f"{model.name}.data")}, {}

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.epfixes import FixReport, apply_ep_fixes
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.shapes import Pins, apply_pins, value_dims
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
@@ -42,34 +43,40 @@ class PrepareSummary:
     seconds: float
     frozen: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the model was specialized on
     inlined: list[str] = field(default_factory=list)  # the Ifs those decided, and the branch each took
+    ep_fixes: FixReport = field(default_factory=FixReport)  # EP-aware rewrites (epfixes.py) and the options they add
 
     def describe(self) -> str:
         removed = ", ".join(f"{op} -{n}" for op, n in sorted(self.removed_ops.items(), key=lambda kv: -kv[1])[:8])
         frozen = f"frozen {', '.join(f'{k}={v}' for k, v in self.frozen.items())} ({len(self.inlined)} If taken); " if self.frozen else ""
         removed = f" ({removed})" if removed else ""
-        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}"
+        fixes = f"; {self.ep_fixes.describe()}" if self.ep_fixes.to_record() or self.ep_fixes.kept else ""
+        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}{fixes}"
 
     def to_record(self) -> dict[str, Any]:
         """For the manifest: what was done to the graph (deterministic: no times)."""
         record = {"pins": self.pins, "optimization": OPTIMIZATION, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after}
         if self.frozen:
             record["frozen"] = self.frozen  # the compiled model computes what the source does for these values only
+        if self.ep_fixes.to_record():
+            record["ep_fixes"] = self.ep_fixes.to_record()
         return record
 
 
 def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int, weight_bytes: int = 0,
-                  frozen: dict[str, int | float] | None = None) -> tuple[Path, PrepareSummary]:
-    """Write `out_dir/<source name>` (+ `.data`): the source specialized on `frozen` inputs, with pins applied
-    and ORT BASIC optimization."""
+                  frozen: dict[str, int | float] | None = None, ep_name: str = "", ep_options: dict[str, str] | None = None,
+                  ) -> tuple[Path, PrepareSummary]:
+    """Write `out_dir/<source name>` (+ `.data`): the source specialized on `frozen` inputs, with `ep_name`'s graph
+    fixes (epfixes.py; its provider options come back in the summary), pins applied and ORT BASIC optimization."""
     import onnx
 
     clock = time.perf_counter()
     model = onnx.load_model(str(source), load_external_data=False)
     before = _op_counts(model)
     inlined = freeze_inputs(model, frozen) if frozen else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fixes = apply_ep_fixes(model, ep_name, out_dir, ep_options or {})
     apply_pins(model, pins)
     _infer_shapes(model)
-    out_dir.mkdir(parents=True, exist_ok=True)
     prepared = out_dir / source.name
     _optimize(model.SerializeToString(), source, prepared, inline_threshold, pins, weight_bytes)
     optimized = onnx.load_model(str(prepared), load_external_data=False)
@@ -81,7 +88,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     added.subtract(before)
     summary = PrepareSummary(pins.to_json(), sum(before.values()), sum(after.values()),
                              {op: n for op, n in removed.items() if n > 0}, {op: n for op, n in added.items() if n > 0},
-                             time.perf_counter() - clock, dict(frozen or {}), inlined)
+                             time.perf_counter() - clock, dict(frozen or {}), inlined, fixes)
     return prepared, summary
 
 

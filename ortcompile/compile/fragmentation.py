@@ -1,0 +1,76 @@
+"""Is the compiled graph fragmented: several EPContext nodes with CPU nodes between them?
+
+Each CPU node between two EP partitions is a device round trip on every run (an LLM decoder left that way hopped
+CPU<->NPU 48 times per token). Such an output runs, so it is published with a warning that says which ops
+stayed on the CPU and what would fix them; `--require-full` makes it an error (exit 1) for CI.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ortcompile.compile.epfixes import fixable_ops
+from ortcompile.errors import CompilationFailed
+from ortcompile.onnxfacts import EPCONTEXT
+
+
+@dataclass(frozen=True)
+class Fragmentation:
+    epcontext_nodes: int
+    between: dict[str, int] = field(default_factory=dict)  # op type -> CPU nodes between two EPContext nodes
+
+    @property
+    def fragmented(self) -> bool:
+        return self.epcontext_nodes > 1 and bool(self.between)
+
+    def message(self, model: str, ep_short: str, ep_name: str, prepared: bool) -> str:
+        ops = ", ".join(f"{op} x{n}" for op, n in sorted(self.between.items(), key=lambda kv: (-kv[1], kv[0])))
+        total = sum(self.between.values())
+        unfixed = sorted(set(self.between) - fixable_ops(ep_name))
+        if not prepared:
+            fix = "drop --no-prepare: the prepare step rewrites the ops it knows for this EP"
+        elif unfixed:
+            fix = (f"{ep_short} does not take {', '.join(unfixed)} and ortcompile knows no rewrite for it: replace it in the "
+                   f"model with ops {ep_short} takes (-v lists the EP's reasons)")
+        else:
+            fix = "these ops have fixes that did not apply to this form (-v shows the prepare step's EP fixes)"
+        return (f"{model}: the {ep_short} graph is fragmented: {self.epcontext_nodes} EPContext nodes with {total} CPU node"
+                f"{'s' if total != 1 else ''} between them ({ops}), a device round trip each per run; {fix}; "
+                f"--require-full makes this an error")
+
+
+def fragmentation(model: Any) -> Fragmentation:
+    """The CPU nodes both downstream of one EPContext node and upstream of another (top-level graph)."""
+    nodes = list(model.graph.node)
+    contexts = [i for i, n in enumerate(nodes) if n.op_type == EPCONTEXT]
+    if len(contexts) < 2:
+        return Fragmentation(len(contexts))
+    producer = {out: i for i, n in enumerate(nodes) for out in n.output if out}
+    consumers: dict[int, list[int]] = {}
+    for i, node in enumerate(nodes):
+        for name in node.input:
+            if name in producer:
+                consumers.setdefault(producer[name], []).append(i)
+    downstream = _reach(contexts, lambda i: consumers.get(i, []))
+    upstream = _reach(contexts, lambda i: [producer[name] for name in nodes[i].input if name in producer])
+    between = Counter(nodes[i].op_type for i in downstream & upstream if nodes[i].op_type != EPCONTEXT)
+    return Fragmentation(len(contexts), dict(between))
+
+
+def _reach(starts: list[int], step: Any) -> set[int]:
+    """Nodes reachable from `starts` (not counting the starts themselves unless reached again)."""
+    seen: set[int] = set()
+    frontier = [j for s in starts for j in step(s)]
+    while frontier:
+        i = frontier.pop()
+        if i not in seen:
+            seen.add(i)
+            frontier.extend(step(i))
+    return seen
+
+
+def require_full(found: Fragmentation, message: str) -> None:
+    if found.fragmented:
+        raise CompilationFailed(f"not published: {message.replace('; --require-full makes this an error', '')} (--require-full)")

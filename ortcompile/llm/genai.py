@@ -1,0 +1,98 @@
+"""onnxruntime-genai model folders: what their genai_config.json says, and the config of a compiled package.
+
+The package runs with genai's `decoder-pipeline` model type (onnxruntime-genai src/config.cpp): a `context` graph
+(prefill, S = window) that runs on the prompt and an `iterator` graph (decode, S = 1) that runs on each generated
+token, sharing one static KV cache of `context_length` slots (`past_present_share_buffer`). The `sliding_window`
+section with `slide_inputs` makes genai feed the prompt in windows of exactly the prefill length (right-padded with
+the pad token: `alignment: left`), and `slide_key_value_cache: false` keeps the cache static. genai then feeds
+`past_sequence_length` ([1, 1] int32, the GroupQueryAttention `seqlens_k`: tokens so far - 1) and
+`total_sequence_length` ([1] int32, the cache size) instead of an attention mask (genai src/models/input_ids.cpp).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ortcompile.errors import InvalidModel
+
+CONFIG = "genai_config.json"
+PAST_SEQ_LEN = "past_seq_len"
+TOTAL_SEQ_LEN = "total_seq_len"
+PREFILL, DECODE = "context", "iterator"  # genai's names for the prompt and token-generation stages
+
+
+@dataclass(frozen=True)
+class GenaiModel:
+    """The facts of a genai model folder that decide the static graphs."""
+
+    folder: Path
+    config: dict[str, Any]
+    model_file: Path
+    layers: int
+    kv_heads: int
+    head_size: int
+    input_ids: str
+    attention_mask: str
+    past_key: str  # a %d pattern: past_key_values.%d.key
+    past_value: str
+    pad_token_id: int
+
+    @property
+    def past_names(self) -> list[str]:
+        return [pattern % i for i in range(self.layers) for pattern in (self.past_key, self.past_value)]
+
+
+def read_genai_folder(folder: Path) -> GenaiModel:
+    path = folder / CONFIG
+    if not path.is_file():
+        raise InvalidModel(f"{folder}: no {CONFIG}: give an onnxruntime-genai model folder (genai_config.json + model.onnx)")
+    try:
+        config = json.loads(path.read_text())
+        decoder = config["model"]["decoder"]
+        inputs = decoder["inputs"]
+        model = GenaiModel(folder, config, folder / decoder["filename"], int(decoder["num_hidden_layers"]),
+                           int(decoder["num_key_value_heads"]), int(decoder["head_size"]), inputs.get("input_ids", "input_ids"),
+                           inputs.get("attention_mask", "attention_mask"), inputs.get("past_key_names", "past_key_values.%d.key"),
+                           inputs.get("past_value_names", "past_key_values.%d.value"), int(config["model"].get("pad_token_id", 0)))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise InvalidModel(f"{path}: not an onnxruntime-genai config this version reads: {exc!r}") from exc
+    if "pipeline" in decoder:
+        raise InvalidModel(f"{path}: already a decoder pipeline; give the folder the model builder wrote")
+    if not model.model_file.is_file():
+        raise InvalidModel(f"{path}: its decoder file {decoder['filename']!r} is not in {folder}")
+    return model
+
+
+def package_config(model: GenaiModel, files: dict[str, str], context_length: int, prefill_length: int,
+                   input_names: dict[str, list[str]], output_names: list[str], provider_options: dict[str, str]) -> dict[str, Any]:
+    """The genai_config.json of the compiled package: `files` maps PREFILL/DECODE to the compiled model files."""
+    config = copy.deepcopy(model.config)
+    decoder = config["model"]["decoder"]
+    config["model"]["type"] = "decoder-pipeline"
+    config["model"]["context_length"] = context_length
+    decoder.pop("filename", None)
+    inputs = {k: v for k, v in decoder["inputs"].items() if k != "attention_mask"}
+    decoder["inputs"] = {**inputs, "past_sequence_length": PAST_SEQ_LEN, "total_sequence_length": TOTAL_SEQ_LEN}
+    session = {"log_id": "onnxruntime-genai", "provider_options": [{"qnn": dict(provider_options)}]}
+    decoder["session_options"] = session
+    decoder["sliding_window"] = {"window_size": prefill_length, "pad_value": 0, "alignment": "left",
+                                 "slide_key_value_cache": False, "slide_inputs": True}
+    decoder["pipeline"] = [{stage: {"filename": files[stage], "inputs": input_names[stage], "outputs": output_names,
+                                    "session_options": copy.deepcopy(session),
+                                    "run_on_prompt": stage == PREFILL, "run_on_token_gen": stage == DECODE}
+                            for stage in (PREFILL, DECODE)}]
+    search = config.setdefault("search", {})
+    search["max_length"] = context_length
+    search["past_present_share_buffer"] = True
+    return config
+
+
+def carried_files(model: GenaiModel) -> list[Path]:
+    """The folder's other files the package keeps (tokenizer, chat template, processor config): not the model or its data."""
+    skip = {CONFIG, model.model_file.name}
+    return sorted(p for p in model.folder.iterdir()
+                  if p.is_file() and p.name not in skip and not p.name.startswith(model.model_file.name) and p.suffix != ".onnx")

@@ -1,0 +1,182 @@
+"""`ortcompile llm`: an onnxruntime-genai model folder to a runnable NPU package, in one call.
+
+    from ortcompile.llm import compile_llm, LlmOptions
+    package = compile_llm("phi-genai/", "phi-qnn/", LlmOptions(context_length=1024, prefill_length=128))
+
+From the one source: the GQA inputs rewired for genai's static mode (surgery.py), then two static graphs from
+the same rewritten proto, prefill (S = prefill length) and decode (S = 1), both with a KV cache of context-length
+slots, compiled with the ordinary compile (the prepare step's EP fixes make each one EPContext node), as a
+--share-weights batch by default (weights stored once, one shared EP context). The package directory gets the
+compiled graphs, a genai_config.json of type decoder-pipeline for them (genai.py), the source folder's tokenizer
+files, and `llm.manifest.json` with every file's size and sha256. It is built in a staging directory beside the
+destination and renamed into place only when everything succeeded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compile.job import compile_models
+from ortcompile.compile.sharing import compile_shared
+from ortcompile.errors import OutputError, UsageError, output_error
+from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, carried_files, package_config, read_genai_folder
+from ortcompile.llm.surgery import rewrite_decoder
+from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.output.digest import hash_and_sync
+from ortcompile.progress import Reporter, SilentReporter
+
+MANIFEST = "llm.manifest.json"
+FORMAT = "ortcompile-llm/1"
+STAGE_PREFIX = ".ortcompile-llm-"
+SOURCES = ".sources"  # inside the stage: the rewritten graphs the compiles read (never published)
+GRAPH_FILES = {PREFILL: "prefill.onnx", DECODE: "decode.onnx"}
+
+
+@dataclass(frozen=True)
+class LlmOptions:
+    context_length: int = 1024  # KV-cache slots (prompt + generated tokens): a phone/laptop NPU's usual size
+    prefill_length: int = 128  # tokens the prefill graph takes at once (genai feeds the prompt in windows of this)
+    share_weights: bool = True  # one weight file and one shared EP context for both graphs
+    ep: str = "qnn"
+    ep_options: dict[str, str] = field(default_factory=dict)
+    target: str | None = None
+    force: bool = False
+    check: str = "load"  # generated check inputs are not decoder inputs: load, and let `verify`/genai judge numbers
+
+    def __post_init__(self) -> None:
+        for name in ("context_length", "prefill_length"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise UsageError(f"{name.replace('_', '-')} must be a positive whole number, not {value!r}")
+        if self.prefill_length > self.context_length:
+            raise UsageError(f"--prefill-length {self.prefill_length} is longer than --context-length {self.context_length}")
+
+
+@dataclass
+class LlmPackage:
+    output_dir: Path
+    files: list[dict[str, Any]]
+    graphs: dict[str, CompileResult]
+    pins: dict[str, dict[str, int]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"output_dir": str(self.output_dir), "files": self.files, "pins": self.pins,
+                "graphs": {stage: {"model": r.model, "epcontext_nodes": r.epcontext_nodes, "remaining_ops": r.remaining_ops}
+                           for stage, r in self.graphs.items()}}
+
+
+def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[str], options: LlmOptions | None = None,
+                reporter: Reporter | None = None) -> LlmPackage:
+    options, reporter = options or LlmOptions(), reporter or SilentReporter()
+    model = read_genai_folder(Path(folder))
+    out = Path(output_dir)
+    _check_destination(out, options.force)
+    stage = out.absolute().parent / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+    try:
+        stage.mkdir(parents=True)
+        graphs, pins = _compile_graphs(model, stage, options, reporter)
+        shutil.rmtree(stage / SOURCES)
+        _write_package(model, stage, graphs, options)
+        files = _write_manifest(stage, model, options, graphs, pins)
+        _publish(stage, out)
+    except OSError as exc:
+        raise output_error(exc, f"the package {out}") from exc
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return LlmPackage(out, files, graphs, pins)
+
+
+def _check_destination(out: Path, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out} is a file, not a directory")
+    if out.exists() and any(out.iterdir()) and not force:
+        raise OutputError(f"{out} exists and is not empty; pass --force to replace it")
+    if force and out.is_dir() and any(out.iterdir()) and not (out / MANIFEST).is_file():
+        raise OutputError(f"{out} is not an ortcompile llm package (no {MANIFEST}); --force replaces only those")
+
+
+def stage_pins(dims: dict[str, str], model: GenaiModel, options: LlmOptions, stage: str) -> dict[str, int]:
+    """The symbolic dims of one graph: batch 1, S = prefill length or 1, past = total = context, the head size."""
+    values = {"batch": 1, "sequence": options.prefill_length if stage == PREFILL else 1, "past": options.context_length,
+              "total": options.context_length, "head": model.head_size}
+    return {dims[role]: value for role, value in values.items() if role in dims}
+
+
+def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporter: Reporter) -> tuple[dict[str, CompileResult], dict[str, dict[str, int]]]:
+    import onnx
+
+    from ortcompile.onnxfacts import external_locations
+
+    sources = stage / SOURCES
+    sources.mkdir()
+    first = sources / GRAPH_FILES[PREFILL]
+    dims = rewrite_decoder(model, first)
+    shutil.copyfile(first, sources / GRAPH_FILES[DECODE])  # the same graph: only the pins differ
+    for location in external_locations(onnx.load_model(str(first), load_external_data=False)):
+        _link_or_copy(model.folder / location, sources / location)
+    pins = {stage_name: stage_pins(dims, model, options, stage_name) for stage_name in (PREFILL, DECODE)}
+    per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=options.ep, ep_options=dict(options.ep_options), target=options.target,
+                                                               fix_dims=pins[s], force=True, check=options.check,  # type: ignore[arg-type]
+                                                               share_weights=options.share_weights)
+                 for s in (PREFILL, DECODE)}
+    models = list(per_model)
+    if options.share_weights:
+        results = compile_shared([Path(m) for m in models], stage, lambda m: per_model[str(m)], reporter)
+    else:
+        results = compile_models(models, stage, lambda m: per_model[str(m)], reporter)
+    return dict(zip((PREFILL, DECODE), results)), pins
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """The compiles read the source's weights through a hard link (no copy) when the stage is on the same filesystem."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _write_package(model: GenaiModel, stage: Path, graphs: dict[str, CompileResult], options: LlmOptions) -> None:
+    import onnx
+
+    compiled = onnx.load_model(str(stage / graphs[PREFILL].model), load_external_data=False)
+    inputs = [i.name for i in compiled.graph.input]
+    outputs = [o.name for o in compiled.graph.output]
+    files = {s: graphs[s].model for s in (PREFILL, DECODE)}
+    config = package_config(model, files, options.context_length, options.prefill_length, {s: inputs for s in files}, outputs,
+                            {"backend_type": "htp", **{k: v for k, v in options.ep_options.items() if k != "backend_path"}})
+    (stage / CONFIG).write_text(json.dumps(config, indent=4) + "\n")
+    for path in carried_files(model):
+        shutil.copyfile(path, stage / path.name)
+
+
+def _write_manifest(stage: Path, model: GenaiModel, options: LlmOptions, graphs: dict[str, CompileResult],
+                    pins: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+    files = []
+    for path in sorted(p for p in stage.iterdir() if p.is_file()):
+        written = hash_and_sync(path)
+        files.append({"name": path.name, "size": written.size, "sha256": written.sha256})
+    record = {"format": FORMAT, "source": model.folder.name, "context_length": options.context_length,
+              "prefill_length": options.prefill_length, "share_weights": options.share_weights, "ep": options.ep,
+              "graphs": {s: {"model": graphs[s].model, "pins": pins[s], "epcontext_nodes": graphs[s].epcontext_nodes,
+                             "remaining_ops": graphs[s].remaining_ops} for s in graphs},
+              "files": files}
+    (stage / MANIFEST).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    return files
+
+
+def _publish(stage: Path, out: Path) -> None:
+    """Rename the finished package into place; a replaced one is moved aside first and removed last."""
+    old = None
+    if out.exists():
+        old = stage.with_name(stage.name + ".old")
+        out.rename(old)
+    stage.rename(out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
