@@ -11,9 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from genmodels import mlp, save
 from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_model, without_progress
+from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
@@ -241,3 +245,46 @@ def test_make_fragment_stitches_into_its_own_directory_never_with_force(tmp_path
     [stitch] = [line for line in fragment.splitlines() if " stitch " in line]
     assert "--replace-stitched" in stitch and "--force" not in stitch
     assert "SPLIT_OUTPUT ?= $(SPLIT_PARTS)/stitched" in fragment.splitlines()
+
+
+# ---------------------------------------------------------------- 11: --ep cpu on If branches reading main-graph weights
+
+
+def _if_model(path: Path) -> np.ndarray:
+    """y = If(c, x @ W, -(x @ W)): both branches read the main graph's W (16 KiB, stored externally): what ORT's
+    EPContext writer drops (onnxruntime#32131)."""
+    weight = (np.arange(64 * 64, dtype=np.float32).reshape(64, 64) / 4096).astype(np.float32)
+    row = [1, 64]
+    then_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"])], "then", [],
+                                    [helper.make_tensor_value_info("t", TensorProto.FLOAT, row)])
+    else_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["e0"]), helper.make_node("Neg", ["e0"], ["e"])], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, row)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)], "ifm",
+                              [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, row)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, row)], [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    save(model, path, external="ifm.onnx.data")
+    return weight
+
+
+def test_cpu_pass_through_of_if_branches_reading_outer_weights(tmp_path: Path) -> None:
+    weight = _if_model(tmp_path / "ifm.onnx")
+    assert onnx.load(str(tmp_path / "ifm.onnx"), load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    proc = run_cli("compile", "ifm.onnx", "-o", "out", "--ep", "cpu", "--no-config", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [output] = json.loads(proc.stdout)["outputs"]
+    assert (output["check"]["mode"], output["check"]["ok"]) == ("run", True)  # the pre-publish check ran it
+    compiled = tmp_path / "out" / "ifm_ctx.onnx"
+    graph = onnx.load(str(compiled), load_external_data=False).graph
+    assert [t.name for t in graph.initializer] == ["W"] and graph.initializer[0].data_location == TensorProto.EXTERNAL  # re-laid out
+    assert [n.op_type for n in graph.node] == ["If"]  # the graph node for node: nothing went through ORT's writer
+    session = ort.InferenceSession(str(compiled), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    source = ort.InferenceSession(str(tmp_path / "ifm.onnx"), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        [y] = session.run(None, feeds)
+        assert np.array_equal(y, source.run(None, feeds)[0])
+        np.testing.assert_allclose(y, (x @ weight) * (1 if c else -1), rtol=1e-5, atol=1e-5)
