@@ -288,3 +288,21 @@ def test_cpu_pass_through_of_if_branches_reading_outer_weights(tmp_path: Path) -
         [y] = session.run(None, feeds)
         assert np.array_equal(y, source.run(None, feeds)[0])
         np.testing.assert_allclose(y, (x @ weight) * (1 if c else -1), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- 10: the docs' --ep-option example has an effect
+
+
+def test_readme_ep_option_example_changes_the_compiled_output(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [line] = [line for line in readme.splitlines() if "--ep-option" in line and line.startswith("ortcompile compile")]
+    option = shlex.split(line)[shlex.split(line).index("--ep-option") + 1]
+    assert option in (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    with_option = run_cli("compile", "split.onnx", "-o", "a", "--ep", "qnn", "--ep-option", option, "--embed", "never", "--no-config", cwd=tmp_path)
+    assert with_option.returncode == 0, with_option.stderr
+    assert "warning" not in with_option.stderr  # not "changes nothing in the compiled output"
+    plain = run_cli("compile", "split.onnx", "-o", "b", "--ep", "qnn", "--embed", "never", "--no-config", "-q", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    [blob_a], [blob_b] = (list((tmp_path / d).glob("*.bin")) for d in "ab")
+    assert blob_a.read_bytes() != blob_b.read_bytes()
