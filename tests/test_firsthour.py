@@ -306,3 +306,19 @@ def test_readme_ep_option_example_changes_the_compiled_output(tmp_path: Path) ->
     assert plain.returncode == 0, plain.stderr
     [blob_a], [blob_b] = (list((tmp_path / d).glob("*.bin")) for d in "ab")
     assert blob_a.read_bytes() != blob_b.read_bytes()
+
+
+# ---------------------------------------------------------------- 10: inspect lists the opset domains in use
+
+
+def test_inspect_lists_only_the_opset_domains_in_use(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    assert run_cli("compile", "split.onnx", "-o", "build", "--ep", "qnn", "--no-config", "-q", cwd=tmp_path).returncode == 0
+    compiled = tmp_path / "build" / "split_ctx.onnx"
+    imported = {o.domain or "ai.onnx" for o in onnx.load(str(compiled), load_external_data=False).opset_import}
+    assert len(imported) >= 8  # what ORT's compiler writes
+    report = json.loads(run_cli("inspect", compiled, "--json").stdout)
+    assert report["opsets"] == {"ai.onnx": 17, "com.microsoft": 1}  # the EPContext nodes' domain and the default one
+    assert report["unused_opsets"] == sorted(imported - {"ai.onnx", "com.microsoft"})
+    [line] = [line for line in run_cli("inspect", compiled).stdout.splitlines() if line.startswith("opsets")]
+    assert line == f"opsets     ai.onnx 17, com.microsoft 1 ({len(imported) - 2} more imported, used by no node)"

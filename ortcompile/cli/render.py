@@ -26,7 +26,8 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
     lines = [
         f"model      {report['model']}",
         f"graph      {human_size(report['graph_bytes'])} proto, {human_size(report['protobuf_headroom_bytes'])} below the 2 GiB limit",
-        "opsets     " + ", ".join(f"{d} {v}" for d, v in sorted(report["opsets"].items())),
+        "opsets     " + ", ".join(f"{d} {v}" for d, v in sorted(report["opsets"].items()))
+        + (f" ({len(report['unused_opsets'])} more imported, used by no node)" if report["unused_opsets"] else ""),
     ]
     for kind in ("inputs", "outputs"):
         for io in report[kind]:
