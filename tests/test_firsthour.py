@@ -322,3 +322,23 @@ def test_inspect_lists_only_the_opset_domains_in_use(tmp_path: Path) -> None:
     assert report["unused_opsets"] == sorted(imported - {"ai.onnx", "com.microsoft"})
     [line] = [line for line in run_cli("inspect", compiled).stdout.splitlines() if line.startswith("opsets")]
     assert line == f"opsets     ai.onnx 17, com.microsoft 1 ({len(imported) - 2} more imported, used by no node)"
+
+
+# ---------------------------------------------------------------- 10: verify against another reference says so
+
+
+def test_verify_against_a_reference_that_is_not_the_recorded_source_says_so(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    save(mlp(), tmp_path / "copy" / "model.onnx")  # the same graph, another file: the recorded source's bytes
+    edited = mlp()
+    edited.producer_name = "re-exported"  # same outputs, other bytes
+    save(edited, tmp_path / "other.onnx")
+    assert run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "-q", cwd=tmp_path).returncode == 0
+    same = run_cli("verify", "out/model_ctx.onnx", "--reference", "copy/model.onnx", cwd=tmp_path)
+    assert same.returncode == 0 and not any(line.startswith("reference") for line in same.stdout.splitlines()), same.stdout
+    other = run_cli("verify", "out/model_ctx.onnx", "--reference", "other.onnx", "--json", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr  # compared anyway: the outputs agree
+    note = json.loads(other.stdout)["reference_note"]
+    assert note.startswith("other.onnx is not the source this model was compiled from (the manifest records model.onnx, ")
+    text = run_cli("verify", "out/model_ctx.onnx", "--reference", "other.onnx", cwd=tmp_path)
+    assert f"reference  {note}" in text.stdout.splitlines()

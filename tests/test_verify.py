@@ -38,7 +38,7 @@ CLI = [sys.executable, "-m", "ortcompile"]
 # reproducible verification failure. 5e-3 is 6x the worst seen.
 QNN_NOISE_BOUND = 5e-3
 
-TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
+TOP_KEYS = {"format", "ok", "compiled", "reference", "reference_note", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
             "session_seconds", "load_speedup", "runs", "failure"}
 CRITERION_KEYS = {"kind", "precision", "purpose", "rtol", "atol", "min_snr_db", "min_psnr_db", "min_cosine", "min_top1",
                   "min_equal_fraction", "why", "describe"}

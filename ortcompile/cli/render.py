@@ -139,6 +139,8 @@ def verify_text(report: dict[str, Any]) -> list[str]:
         lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {plural(len(integrity['files']), 'file')}, sizes and sha256"]
         lines += [f"  problem  {p}" for p in integrity["problems"]]
     lines += [f"  problem  {p}" for p in integrity.get("referenced_files_problems", [])]
+    if report.get("reference_note"):
+        lines.append(f"reference  {report['reference_note']}")
     if report["dims"]:
         guessed = report.get("guessed_dims", {})
         shown = ", ".join(f"{k}={v}{' (guessed)' if k in guessed else ''}" for k, v in report["dims"].items())
