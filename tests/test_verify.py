@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import published
+from helpers import published, without_progress
 from onnx import numpy_helper
 
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
@@ -100,7 +100,7 @@ def refresh_manifest(model: Path) -> None:
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:
     """The one line ortcompile prints on failure (native libraries may log other lines; no traceback)."""
     assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: ")]
+    errors = [line for line in without_progress(proc.stderr) if line.startswith("ortcompile: ")]  # (progress lines aside)
     assert len(errors) == 1, proc.stderr
     return errors[0]
 
