@@ -342,3 +342,24 @@ def test_verify_against_a_reference_that_is_not_the_recorded_source_says_so(tmp_
     assert note.startswith("other.onnx is not the source this model was compiled from (the manifest records model.onnx, ")
     text = run_cli("verify", "out/model_ctx.onnx", "--reference", "other.onnx", cwd=tmp_path)
     assert f"reference  {note}" in text.stdout.splitlines()
+
+
+# ---------------------------------------------------------------- 10: typos fail before onnx and onnxruntime load
+
+_IMPORTS_AFTER = """
+import sys
+from ortcompile.cli import main
+code = main.main(sys.argv[1:], standalone_mode=False)
+print(code, "onnx" in sys.modules, "onnxruntime" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(("missing.onnx",), 3), (("model.onnx", "--ep", "qnnn"), 2),
+                                            (("model.onnx", "--ep", "qnn", "--target", "sm9999"), 2),
+                                            (("model.onnx", "--ep-library", "nope.so", "--ep", "X"), 2)])
+def test_path_ep_and_target_errors_come_before_the_heavy_imports(args: tuple[str, ...], code: int, tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER, "compile", *args, "-o", "out", "--no-config"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == [str(code), "False", "False"], proc.stderr
+    assert_one_line_error(proc.stderr)
