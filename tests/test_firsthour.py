@@ -11,9 +11,13 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 from genmodels import mlp, save
 from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_model, without_progress
+from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
@@ -241,3 +245,121 @@ def test_make_fragment_stitches_into_its_own_directory_never_with_force(tmp_path
     [stitch] = [line for line in fragment.splitlines() if " stitch " in line]
     assert "--replace-stitched" in stitch and "--force" not in stitch
     assert "SPLIT_OUTPUT ?= $(SPLIT_PARTS)/stitched" in fragment.splitlines()
+
+
+# ---------------------------------------------------------------- 11: --ep cpu on If branches reading main-graph weights
+
+
+def _if_model(path: Path) -> np.ndarray:
+    """y = If(c, x @ W, -(x @ W)): both branches read the main graph's W (16 KiB, stored externally): what ORT's
+    EPContext writer drops (onnxruntime#32131)."""
+    weight = (np.arange(64 * 64, dtype=np.float32).reshape(64, 64) / 4096).astype(np.float32)
+    row = [1, 64]
+    then_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t"])], "then", [],
+                                    [helper.make_tensor_value_info("t", TensorProto.FLOAT, row)])
+    else_branch = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["e0"]), helper.make_node("Neg", ["e0"], ["e"])], "else", [],
+                                    [helper.make_tensor_value_info("e", TensorProto.FLOAT, row)])
+    graph = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_branch, else_branch=else_branch)], "ifm",
+                              [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, row)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, row)], [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.checker.check_model(model, full_check=True)
+    save(model, path, external="ifm.onnx.data")
+    return weight
+
+
+def test_cpu_pass_through_of_if_branches_reading_outer_weights(tmp_path: Path) -> None:
+    weight = _if_model(tmp_path / "ifm.onnx")
+    assert onnx.load(str(tmp_path / "ifm.onnx"), load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    proc = run_cli("compile", "ifm.onnx", "-o", "out", "--ep", "cpu", "--no-config", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    [output] = json.loads(proc.stdout)["outputs"]
+    assert (output["check"]["mode"], output["check"]["ok"]) == ("run", True)  # the pre-publish check ran it
+    compiled = tmp_path / "out" / "ifm_ctx.onnx"
+    graph = onnx.load(str(compiled), load_external_data=False).graph
+    assert [t.name for t in graph.initializer] == ["W"] and graph.initializer[0].data_location == TensorProto.EXTERNAL  # re-laid out
+    assert [n.op_type for n in graph.node] == ["If"]  # the graph node for node: nothing went through ORT's writer
+    session = ort.InferenceSession(str(compiled), providers=["CPUExecutionProvider"])
+    x = np.random.default_rng(0).standard_normal((1, 64)).astype(np.float32)
+    source = ort.InferenceSession(str(tmp_path / "ifm.onnx"), providers=["CPUExecutionProvider"])
+    for c in (True, False):
+        feeds = {"c": np.array(c), "x": x}
+        [y] = session.run(None, feeds)
+        assert np.array_equal(y, source.run(None, feeds)[0])
+        np.testing.assert_allclose(y, (x @ weight) * (1 if c else -1), rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- 10: the docs' --ep-option example has an effect
+
+
+def test_readme_ep_option_example_changes_the_compiled_output(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [line] = [line for line in readme.splitlines() if "--ep-option" in line and line.startswith("ortcompile compile")]
+    option = shlex.split(line)[shlex.split(line).index("--ep-option") + 1]
+    assert option in (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text()
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    with_option = run_cli("compile", "split.onnx", "-o", "a", "--ep", "qnn", "--ep-option", option, "--embed", "never", "--no-config", cwd=tmp_path)
+    assert with_option.returncode == 0, with_option.stderr
+    assert "warning" not in with_option.stderr  # not "changes nothing in the compiled output"
+    plain = run_cli("compile", "split.onnx", "-o", "b", "--ep", "qnn", "--embed", "never", "--no-config", "-q", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    [blob_a], [blob_b] = (list((tmp_path / d).glob("*.bin")) for d in "ab")
+    assert blob_a.read_bytes() != blob_b.read_bytes()
+
+
+# ---------------------------------------------------------------- 10: inspect lists the opset domains in use
+
+
+def test_inspect_lists_only_the_opset_domains_in_use(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    assert run_cli("compile", "split.onnx", "-o", "build", "--ep", "qnn", "--no-config", "-q", cwd=tmp_path).returncode == 0
+    compiled = tmp_path / "build" / "split_ctx.onnx"
+    imported = {o.domain or "ai.onnx" for o in onnx.load(str(compiled), load_external_data=False).opset_import}
+    assert len(imported) >= 8  # what ORT's compiler writes
+    report = json.loads(run_cli("inspect", compiled, "--json").stdout)
+    assert report["opsets"] == {"ai.onnx": 17, "com.microsoft": 1}  # the EPContext nodes' domain and the default one
+    assert report["unused_opsets"] == sorted(imported - {"ai.onnx", "com.microsoft"})
+    [line] = [line for line in run_cli("inspect", compiled).stdout.splitlines() if line.startswith("opsets")]
+    assert line == f"opsets     ai.onnx 17, com.microsoft 1 ({len(imported) - 2} more imported, used by no node)"
+
+
+# ---------------------------------------------------------------- 10: verify against another reference says so
+
+
+def test_verify_against_a_reference_that_is_not_the_recorded_source_says_so(tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    save(mlp(), tmp_path / "copy" / "model.onnx")  # the same graph, another file: the recorded source's bytes
+    edited = mlp()
+    edited.producer_name = "re-exported"  # same outputs, other bytes
+    save(edited, tmp_path / "other.onnx")
+    assert run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "-q", cwd=tmp_path).returncode == 0
+    same = run_cli("verify", "out/model_ctx.onnx", "--reference", "copy/model.onnx", cwd=tmp_path)
+    assert same.returncode == 0 and not any(line.startswith("reference") for line in same.stdout.splitlines()), same.stdout
+    other = run_cli("verify", "out/model_ctx.onnx", "--reference", "other.onnx", "--json", cwd=tmp_path)
+    assert other.returncode == 0, other.stderr  # compared anyway: the outputs agree
+    note = json.loads(other.stdout)["reference_note"]
+    assert note.startswith("other.onnx is not the source this model was compiled from (the manifest records model.onnx, ")
+    text = run_cli("verify", "out/model_ctx.onnx", "--reference", "other.onnx", cwd=tmp_path)
+    assert f"reference  {note}" in text.stdout.splitlines()
+
+
+# ---------------------------------------------------------------- 10: typos fail before onnx and onnxruntime load
+
+_IMPORTS_AFTER = """
+import sys
+from ortcompile.cli import main
+code = main.main(sys.argv[1:], standalone_mode=False)
+print(code, "onnx" in sys.modules, "onnxruntime" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("args", "code"), [(("missing.onnx",), 3), (("model.onnx", "--ep", "qnnn"), 2),
+                                            (("model.onnx", "--ep", "qnn", "--target", "sm9999"), 2),
+                                            (("model.onnx", "--ep-library", "nope.so", "--ep", "X"), 2)])
+def test_path_ep_and_target_errors_come_before_the_heavy_imports(args: tuple[str, ...], code: int, tmp_path: Path) -> None:
+    save(mlp(), tmp_path / "model.onnx")
+    proc = subprocess.run([sys.executable, "-c", _IMPORTS_AFTER, "compile", *args, "-o", "out", "--no-config"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.stdout.split() == [str(code), "False", "False"], proc.stderr
+    assert_one_line_error(proc.stderr)

@@ -29,7 +29,7 @@ CLI = [sys.executable, "-m", "ortcompile"]
 PROTOBUF_LIMIT = 2**31 - 1
 
 # The documented JSON schema (docs/inspect.md). Exact sets: a renamed, added or dropped key fails here.
-TOP_KEYS = {"format", "model", "graph_bytes", "protobuf_headroom_bytes", "opsets", "inputs", "outputs", "epcontext_nodes",
+TOP_KEYS = {"format", "model", "graph_bytes", "protobuf_headroom_bytes", "opsets", "unused_opsets", "inputs", "outputs", "epcontext_nodes",
             "nodes", "initializers", "alignment", "manifest", "target", "parts", "compatibility", "problems"}
 IO_KEYS = {"name", "dtype", "shape", "dynamic"}
 EPCONTEXT_KEYS = {"name", "source", "partition_name", "main_context", "embed_mode", "ep_sdk_version", "blob", "embedded_bytes"}

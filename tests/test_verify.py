@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import published
+from helpers import published, without_progress
 from onnx import numpy_helper
 
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
@@ -38,7 +38,7 @@ CLI = [sys.executable, "-m", "ortcompile"]
 # reproducible verification failure. 5e-3 is 6x the worst seen.
 QNN_NOISE_BOUND = 5e-3
 
-TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
+TOP_KEYS = {"format", "ok", "compiled", "reference", "reference_note", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
             "session_seconds", "load_speedup", "runs", "failure"}
 CRITERION_KEYS = {"kind", "precision", "purpose", "rtol", "atol", "min_snr_db", "min_psnr_db", "min_cosine", "min_top1",
                   "min_equal_fraction", "why", "describe"}
@@ -100,7 +100,7 @@ def refresh_manifest(model: Path) -> None:
 def error_line(proc: subprocess.CompletedProcess[str]) -> str:
     """The one line ortcompile prints on failure (native libraries may log other lines; no traceback)."""
     assert "Traceback" not in proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: ")]
+    errors = [line for line in without_progress(proc.stderr) if line.startswith("ortcompile: ")]  # (progress lines aside)
     assert len(errors) == 1, proc.stderr
     return errors[0]
 

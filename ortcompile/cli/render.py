@@ -26,7 +26,8 @@ def inspect_text(report: dict[str, Any]) -> list[str]:
     lines = [
         f"model      {report['model']}",
         f"graph      {human_size(report['graph_bytes'])} proto, {human_size(report['protobuf_headroom_bytes'])} below the 2 GiB limit",
-        "opsets     " + ", ".join(f"{d} {v}" for d, v in sorted(report["opsets"].items())),
+        "opsets     " + ", ".join(f"{d} {v}" for d, v in sorted(report["opsets"].items()))
+        + (f" ({len(report['unused_opsets'])} more imported, used by no node)" if report["unused_opsets"] else ""),
     ]
     for kind in ("inputs", "outputs"):
         for io in report[kind]:
@@ -138,6 +139,8 @@ def verify_text(report: dict[str, Any]) -> list[str]:
         lines = [f"integrity  {'ok' if integrity['ok'] else 'FAILED'}: {plural(len(integrity['files']), 'file')}, sizes and sha256"]
         lines += [f"  problem  {p}" for p in integrity["problems"]]
     lines += [f"  problem  {p}" for p in integrity.get("referenced_files_problems", [])]
+    if report.get("reference_note"):
+        lines.append(f"reference  {report['reference_note']}")
     if report["dims"]:
         guessed = report.get("guessed_dims", {})
         shown = ", ".join(f"{k}={v}{' (guessed)' if k in guessed else ''}" for k, v in report["dims"].items())

@@ -16,7 +16,7 @@ from ortcompile.errors import UsageError
 
 _SHAPING = [
     click.option("--ep", default="auto", show_default=True, help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name."),
-    click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_performance_mode=burst"), help="Provider option (repeatable)."),
+    click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_graph_finalization_optimization_mode=3"), help="Provider option (repeatable)."),
     click.option("--target", default=None, help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets')."),
     click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
                  help="Register this plugin EP library (a shared library) under the EP name given with --ep (not cpu: it is built in)."),

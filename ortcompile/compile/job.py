@@ -349,6 +349,7 @@ class CompileJob:
 
 def plan_source(source_path: Path, options: CompileOptions) -> tuple[SourceModel, eps.ResolvedEp, Pins, bool]:
     """Read and check the source against the options: the model, its EP, the pinned dims, whether the EP must compile."""
+    eps.check_names(options.ep, options.target, options.ep_library)  # typos first: no onnx or onnxruntime import yet
     source = read_source(source_path)
     ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
     prepares = ep.info.compiles and options.prepare

@@ -86,8 +86,6 @@ class SourceModel:
 
 def read_source(path: Path) -> SourceModel:
     """Parse the model's graph proto (never its external data) and check every external reference."""
-    import onnx
-
     path = Path(path)
     problem = not_a_model_file(path)
     if problem:
@@ -97,6 +95,8 @@ def read_source(path: Path) -> SourceModel:
         raise InvalidModel(f"{path}: empty file, not an ONNX model")
     if size > PROTOBUF_LIMIT:
         raise InvalidModel(f"{path}: {size} bytes is over the 2 GiB protobuf limit, so it cannot be an ONNX model file")
+    import onnx  # (only now: a missing or wrong path is reported without the import's second or more)
+
     try:
         model = onnx.load_model(str(path), load_external_data=False)
     except Exception as exc:  # DecodeError, or onnx's own errors on odd bytes

@@ -30,7 +30,7 @@ from ortcompile.eps.catalog import (
     recorded_options,
     short_name_for,
 )
-from ortcompile.eps.discovery import all_eps, installed_plugins, lookup
+from ortcompile.eps.discovery import all_eps, check_names, installed_plugins, lookup
 from ortcompile.eps.targets import QNN_TARGETS, TRT_RTX_TARGETS, Target, default_target, static_targets
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "AUTO_ORDER", "CPU_EP", "KNOWN_EPS", "PRECISION_TOLERANCE", "QNN_OPTION_KEYS", "QNN_TARGETS", "TRT_RTX_TARGETS",
     "CompatibilityReport", "EpCompatibility", "EpInfo", "EpListing", "ResolvedEp", "Target", "TargetListing",
-    "all_eps", "check_compatibility", "check_option_keys", "decode_info", "default_target", "installed_plugins",
+    "all_eps", "check_compatibility", "check_names", "check_option_keys", "decode_info", "default_target", "installed_plugins",
     "library_options", "loads_library", "recorded_options",
     "list_eps", "list_targets", "lookup", "parse_ep_options", "read_compatibility_info", "register", "resolve",
     "short_name_for", "static_targets", "validate_options",

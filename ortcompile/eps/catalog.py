@@ -217,6 +217,6 @@ def parse_ep_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise UsageError(f"bad --ep-option {pair!r}: expected KEY=VALUE, e.g. htp_performance_mode=burst")
+            raise UsageError(f"bad --ep-option {pair!r}: expected KEY=VALUE, e.g. htp_graph_finalization_optimization_mode=3")
         options[key.strip()] = value.strip()
     return options

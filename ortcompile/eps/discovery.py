@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS, EpInfo, short_name_for
+from ortcompile.eps.targets import find_target, static_targets
 from ortcompile.errors import UsageError
 
 PLUGIN_PREFIX = "onnxruntime_"
@@ -143,6 +144,19 @@ def did_you_mean(key: str, eps: list[EpInfo]) -> str:
     spelled = {n: (i.ep_name if n == i.ep_name.lower() else n) for i in eps if i.ep_name for n in i.names()}
     close = difflib.get_close_matches(key, [*spelled, "auto"], n=3, cutoff=0.6)
     return f" (did you mean {' or '.join(repr(spelled.get(c, c)) for c in close)}?)" if close else ""
+
+
+def check_names(name: str, target: str | None = None, library: str | None = None) -> None:
+    """The EP name, the library path and an option target (QNN's SoC table), from the tables alone: a typo is a usage
+    error before onnx or onnxruntime is imported (seconds). Device targets need the EP's devices: resolve checks them."""
+    if library:
+        info = library_info(name, library)
+    elif name.strip().lower() == "auto":
+        return
+    else:
+        info = lookup(name)
+    if target and info.target_kind == "option" and static_targets(info):
+        find_target(target, static_targets(info), info)
 
 
 def _imported(info: EpInfo) -> EpInfo:

@@ -22,6 +22,7 @@ from ortcompile.onnxfacts import (
     graph_inputs,
     input_dims,
     is_external,
+    iter_graphs,
     iter_tensors,
     lenient_external_ref,
     op_counts,
@@ -61,7 +62,7 @@ class DataFileUse:
 class InspectReport:
     model: Path
     graph_bytes: int
-    opsets: dict[str, int]
+    opsets: dict[str, int]  # the domains some node (or model function) is in; the default domain always
     inputs: list[dict[str, Any]]
     outputs: list[dict[str, Any]]
     epcontext: list[dict[str, Any]]
@@ -77,6 +78,7 @@ class InspectReport:
     target: dict[str, Any] | None = None  # what the EP compiled for, from the manifest
     parts: list[dict[str, Any]] | None = None  # a stitched model (--partition, stitch): its parts, from the manifest
     compatibility: dict[str, Any] = field(default_factory=dict)  # EP -> {info, decoded}: ORT's ep_compatibility_info metadata
+    unused_opsets: list[str] = field(default_factory=list)  # domains the model imports that nothing uses (ORT's compiler adds ~9)
 
     def to_json(self) -> dict[str, Any]:
         external = sum(f.tensors for f in self.data_files)
@@ -86,6 +88,7 @@ class InspectReport:
             "graph_bytes": self.graph_bytes,
             "protobuf_headroom_bytes": PROTOBUF_LIMIT - self.graph_bytes,
             "opsets": self.opsets,
+            "unused_opsets": self.unused_opsets,
             "inputs": self.inputs,
             "outputs": self.outputs,
             "epcontext_nodes": self.epcontext,
@@ -130,6 +133,14 @@ def inspect_model(model_path: str | Path, check: bool = False) -> InspectReport:
         raise InvalidModel(f"{path}: cannot inspect this model ({type(exc).__name__}: {first_line(exc, 160)})") from exc
 
 
+def _used_opsets(model: Any) -> dict[str, int]:
+    """The opset imports some node is in (any graph or model function), and the default domain's: ONNX Runtime's
+    compiler imports every domain it knows into its output, which would list ten where one or two are used."""
+    nodes = [n for site in iter_graphs(model) for n in site.graph.node] + [n for f in model.functions for n in f.node]
+    used = {n.domain or "ai.onnx" for n in nodes} | {f.domain or "ai.onnx" for f in model.functions} | {"ai.onnx"}
+    return {(o.domain or "ai.onnx"): o.version for o in model.opset_import if (o.domain or "ai.onnx") in used}
+
+
 def _report(path: Path, model: Any, check: bool) -> InspectReport:
     manifest = check_manifest(path, hash_files=check)
     align, threshold = _recorded_alignment(manifest)
@@ -143,10 +154,12 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
     for use in data_files:
         use.shared = use.name in shared
     inline = [t for t in model.graph.initializer if not is_external(t)]
+    opsets = _used_opsets(model)
     report = InspectReport(
         model=path,
         graph_bytes=path.stat().st_size,
-        opsets={(o.domain or "ai.onnx"): o.version for o in model.opset_import},
+        opsets=opsets,
+        unused_opsets=sorted({o.domain or "ai.onnx" for o in model.opset_import} - set(opsets)),
         inputs=[_value_info(v) for v in graph_inputs(model.graph)],
         outputs=[_value_info(v) for v in model.graph.output],
         epcontext=epcontext,

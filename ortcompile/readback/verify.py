@@ -23,6 +23,8 @@ from ortcompile.compile.epstep import EpRequest
 from ortcompile.compile.shapes import resolve_pins
 from ortcompile.compile.source import SourceModel, read_source
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
+from ortcompile.output.digest import hash_file
+from ortcompile.output.manifest import Manifest
 from ortcompile.paths import not_a_model_file
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
@@ -43,6 +45,7 @@ class VerifyReport:
     integrity: ManifestStatus
     parity: ParityReport | None = None
     structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
+    reference_note: str = ""  # when the reference is not the source the manifest records: the outputs are compared anyway
 
     @property
     def integrity_ok(self) -> bool:
@@ -80,6 +83,7 @@ class VerifyReport:
             "ok": self.ok,
             "compiled": str(self.compiled),
             "reference": str(self.reference),
+            "reference_note": self.reference_note,
             "ep": self.ep,
             "criterion": {**self.criterion.to_json(), "describe": self.criterion.describe()},
             "integrity": {**self.integrity.to_json(), "referenced_files_problems": self.structure_problems},
@@ -125,6 +129,7 @@ def verify_model(
     criterion = criterion or criterion_for(precision or _precision(resolved, source), "verify", **criterion_overrides)
     report = VerifyReport(compiled, reference, resolved.name, criterion, integrity)
     report.structure_problems = [p for p in structure.problems if p not in integrity.problems]
+    report.reference_note = _reference_note(reference, integrity.manifest)
     if not report.integrity_ok:
         return report
     recorded = integrity.manifest.options if integrity.manifest else {}
@@ -135,6 +140,18 @@ def verify_model(
                            tuple(seed + i for i in range(max(1, runs))), dict(inputs or {}), time_source)
     report.parity = _run(parity, resolved)
     return report
+
+
+def _reference_note(reference: Path, manifest: Manifest | None) -> str:
+    """Say so when the reference is not the model file the manifest says COMPILED was built from (size, then sha256):
+    comparing with another model is allowed (a re-export, a fixed copy), but a pass then proves something else."""
+    if manifest is None or not manifest.input_files:
+        return ""
+    recorded = manifest.input_files[0]  # the source model itself comes first
+    if reference.stat().st_size == recorded.size and hash_file(reference).sha256 == recorded.sha256:
+        return ""
+    return (f"{reference} is not the source this model was compiled from (the manifest records {recorded.name}, "
+            f"{recorded.size} bytes, sha256 {recorded.sha256[:12]}...); its outputs are the reference anyway")
 
 
 def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
