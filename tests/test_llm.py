@@ -92,13 +92,28 @@ def test_package_generates_what_the_source_does(source: Path, unshared: Path) ->
         assert shapes["input_ids"] == [1, sequence] and shapes["past_key_values.0.key"] == [1, 2, 64, 16]
         assert shapes["past_seq_len"] == [1, 1] and shapes["total_seq_len"] == [1] and "attention_mask" not in shapes
 
-    want, got = generate(source, 12, qnn=False), generate(unshared, 12, qnn=True)
+    assert_generates_like(unshared, source)
+
+
+def assert_generates_like(package: Path, source: Path) -> None:
+    """Same 12 greedy tokens as the source on the CPU; each decode step's logits by the fp16 criterion."""
+    want, got = generate(source, 12, qnn=False), generate(package, 12, qnn=True)
     assert got["tokens"] == want["tokens"]
     assert len(got["logits"]) == len(want["logits"]) >= 10
     criterion = criterion_for("fp16")
     for step, (g, w) in enumerate(zip(got["logits"], want["logits"])):
         comparison = compare_output(f"logits[{step}]", np.array(g, np.float32), np.array(w, np.float32), criterion)
         assert comparison.ok, comparison.reason
+
+
+def test_int4_package_generates_what_the_source_does(tmp_path: Path) -> None:
+    """The builder's int4 model (MatMulNBits): compiled as it is, one EPContext node per graph."""
+    source = genai_builder_model("int4")
+    proc = run_cli("llm", source, "-o", tmp_path / "pkg", *SETTINGS, "--no-share-weights", "--json")
+    assert proc.returncode == 0, proc.stderr
+    graphs = json.loads(proc.stdout)["graphs"]
+    assert {(g["epcontext_nodes"], sum(g["remaining_ops"].values())) for g in graphs.values()} == {(1, 0)}
+    assert_generates_like(tmp_path / "pkg", source)
 
 
 def test_package_carries_the_tokenizer_and_a_manifest_of_every_file(source: Path, unshared: Path) -> None:
