@@ -174,3 +174,18 @@ def test_refusals(source: Path, tmp_path: Path) -> None:
     proc = run_cli("llm", source, "-o", tmp_path / "c", *SETTINGS)
     assert proc.returncode == 4 and "not empty" in proc.stderr
     assert (tmp_path / "c" / "keep.txt").read_text() == "x"
+
+
+def test_plain_compile_of_the_builder_model_is_one_epcontext_node(source: Path, tmp_path: Path) -> None:
+    """`compile` with the pins a user finds, no option given: the EP fixes leave 1 EPContext node and no CPU node
+    (without them: 7 EPContext nodes and 6 CPU nodes, 4 SkipSimplifiedLayerNormalization and 2 GroupQueryAttention)."""
+    pins = [f"--fix-dim={d}" for d in ("batch_size=1", "sequence_length=8", "past_sequence_length=64", "total_sequence_length=64",
+                                       "kv_cache_dim=16")]
+    proc = run_cli("compile", source / "model.onnx", "-o", f"{tmp_path}/", "--ep", "qnn", "--check", "load", *pins, "--json")
+    assert proc.returncode == 0, proc.stderr
+    (document,) = json.loads(proc.stdout)["outputs"]
+    assert (document["epcontext_nodes"], document["remaining_ops"]) == (1, {})
+    assert "fragmented" not in proc.stderr
+    fixes = json.loads((tmp_path / "model_ctx.manifest.json").read_text())["prepare"]["ep_fixes"]
+    assert fixes == [{"fix": "decompose", "op_type": "SkipSimplifiedLayerNormalization", "nodes": 4},
+                     {"fix": "provider_option", "option": "op_affinity", "op_type": "GroupQueryAttention", "backend": "htp"}]
