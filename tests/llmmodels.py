@@ -27,16 +27,17 @@ def _key() -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
-def genai_builder_model() -> Path:
-    """The builder's output folder (genai_config.json, model.onnx + .data, tokenizer files), built once per recipe."""
-    folder = CACHE / f"llama-2l-64-{_key()}"
+def genai_builder_model(precision: str = "fp32") -> Path:
+    """The builder's output folder (genai_config.json, model.onnx + .data, tokenizer files), built once per recipe.
+    `precision`: fp32, or int4 (MatMulNBits weights)."""
+    folder = CACHE / f"llama-2l-64-{precision}-{_key()}"
     if (folder / "genai" / "genai_config.json").is_file():
         return folder / "genai"
     scratch = folder.with_name(f"{folder.name}.building-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     _hf_folder(scratch / "hf")
     subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(scratch / "hf"), "-o", str(scratch / "genai"),
-                    "-p", "fp32", "-e", "cpu", "-c", str(scratch / "cache")], check=True, capture_output=True, timeout=600)
+                    "-p", precision, "-e", "cpu", "-c", str(scratch / "cache")], check=True, capture_output=True, timeout=600)
     try:
         scratch.rename(folder)
     except OSError:  # another session built it meanwhile

@@ -19,12 +19,11 @@ from ortcompile.cli.params import KeyValue, pairs
               help="Tokens the prefill graph takes at once (genai feeds the prompt in windows of this size).")
 @click.option("--share-weights/--no-share-weights", default=True, show_default=True,
               help="Store the weights once and share one EP context between the two graphs.")
-@click.option("--ep", default="qnn", show_default=True, help="Execution provider (the package's genai_config targets QNN).")
 @click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("soc_model=60"), help="Provider option for the compile (repeatable).")
 @click.option("--target", default=None, help="Device generation to compile for (see 'ortcompile eps --targets').")
 @click.option("--force", is_flag=True, help="Replace an earlier package in the output directory.")
 @output_options
-def command(folder: str, output_dir: str, context_length: int, prefill_length: int, share_weights: bool, ep: str,
+def command(folder: str, output_dir: str, context_length: int, prefill_length: int, share_weights: bool,
             ep_options: tuple[str, ...], target: str | None, force: bool) -> None:
     """Compile the decoder of FOLDER (genai_config.json + model.onnx) into a package in OUTPUT_DIR."""
     from ortcompile.llm import LlmOptions, compile_llm
@@ -32,7 +31,7 @@ def command(folder: str, output_dir: str, context_length: int, prefill_length: i
 
     out = current()
     set_ort_log_level(out.verbose)
-    options = LlmOptions(context_length=context_length, prefill_length=prefill_length, share_weights=share_weights, ep=ep,
+    options = LlmOptions(context_length=context_length, prefill_length=prefill_length, share_weights=share_weights,
                          ep_options=pairs(ep_options), target=target, force=force)
     package = compile_llm(folder, output_dir, options, out.reporter())
     out.result(package.to_json(), _summary(package.to_json()))

@@ -32,7 +32,8 @@ class Fragmentation:
         if not prepared:
             fix = "drop --no-prepare: the prepare step rewrites the ops it knows for this EP"
         elif unfixed:
-            fix = (f"{ep_short} does not take {', '.join(unfixed)} and ortcompile knows no rewrite for it: replace it in the "
+            them = "them" if len(unfixed) > 1 else "it"
+            fix = (f"{ep_short} does not take {', '.join(unfixed)} and ortcompile knows no rewrite for {them}: replace {them} in the "
                    f"model with ops {ep_short} takes (-v lists the EP's reasons)")
         else:
             fix = "these ops have fixes that did not apply to this form (-v shows the prepare step's EP fixes)"

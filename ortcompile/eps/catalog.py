@@ -94,6 +94,7 @@ QNN_OPTION_KEYS = frozenset({
     "genie_log_level", "enable_block_quant_weight_optimization", "dump_qnn_ir_dlc", "dump_qnn_ir_dlc_dir",
     "qnn_ir_backend_path", "num_graph_prepare_threads", "htp_share_resource_optimization", "disable_file_mapped_weights",
     "htp_bf16_enable", "enable_htp_prepare_only", "enable_framework_op_trace", "framework_op_trace_dir",
+    "op_affinity",  # a JSON file {"op_type": {OP: BACKEND}}; read by onnxruntime-qnn 2.7.0 (compile/epfixes.py writes one)
 })
 
 # Options that only matter when a session runs (a power vote, RPC latency): measured to leave the compiled

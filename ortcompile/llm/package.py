@@ -36,6 +36,7 @@ FORMAT = "ortcompile-llm/1"
 STAGE_PREFIX = ".ortcompile-llm-"
 SOURCES = ".sources"  # inside the stage: the rewritten graphs the compiles read (never published)
 GRAPH_FILES = {PREFILL: "prefill.onnx", DECODE: "decode.onnx"}
+EP = "qnn"  # the EP the package's genai_config.json names (genai's provider "qnn")
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,6 @@ class LlmOptions:
     context_length: int = 1024  # KV-cache slots (prompt + generated tokens): a phone/laptop NPU's usual size
     prefill_length: int = 128  # tokens the prefill graph takes at once (genai feeds the prompt in windows of this)
     share_weights: bool = True  # one weight file and one shared EP context for both graphs
-    ep: str = "qnn"
     ep_options: dict[str, str] = field(default_factory=dict)
     target: str | None = None
     force: bool = False
@@ -121,7 +121,7 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
     for location in external_locations(onnx.load_model(str(first), load_external_data=False)):
         _link_or_copy(model.folder / location, sources / location)
     pins = {stage_name: stage_pins(dims, model, options, stage_name) for stage_name in (PREFILL, DECODE)}
-    per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=options.ep, ep_options=dict(options.ep_options), target=options.target,
+    per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target,
                                                                fix_dims=pins[s], force=True, check=options.check,  # type: ignore[arg-type]
                                                                share_weights=options.share_weights)
                  for s in (PREFILL, DECODE)}
@@ -163,7 +163,7 @@ def _write_manifest(stage: Path, model: GenaiModel, options: LlmOptions, graphs:
         written = hash_and_sync(path)
         files.append({"name": path.name, "size": written.size, "sha256": written.sha256})
     record = {"format": FORMAT, "source": model.folder.name, "context_length": options.context_length,
-              "prefill_length": options.prefill_length, "share_weights": options.share_weights, "ep": options.ep,
+              "prefill_length": options.prefill_length, "share_weights": options.share_weights, "ep": EP,
               "graphs": {s: {"model": graphs[s].model, "pins": pins[s], "epcontext_nodes": graphs[s].epcontext_nodes,
                              "remaining_ops": graphs[s].remaining_ops} for s in graphs},
               "files": files}
