@@ -2,9 +2,10 @@
 
 On a terminal, a long stage shows its elapsed time (a QNN compile can take minutes with no other sign
 of life) and the data pass a byte bar. When stderr is not a terminal (CI logs, make, pipes) each stage is
-one plain line as it starts, with no bars or carriage returns (as pip does), so a long compile does not look
-hung. With -v every stage and detail is a plain line; with -q (or --json) no progress is printed, only
-errors and warnings.
+one plain line, with no bars or carriage returns (as pip does), so a long compile does not look hung. The
+line is written once the stage is under way (the first wait for the worker child, its byte count, or the next
+stage), so a command refused while planning prints its one error line alone. With -v every stage and detail
+is a plain line as it happens; with -q (or --json) no progress is printed, only errors and warnings.
 """
 
 from __future__ import annotations
@@ -61,14 +62,23 @@ class TerminalReporter:
         self._stage_started = 0.0
         self._last_tick = 0.0
         self._spinning = False
+        self._pending = ""  # not a terminal: the current stage's line, written once the stage is under way
 
     def stage(self, name: str) -> None:
         self._end_spinner()
+        self._flush_pending()  # the previous stage got as far as the next one
         self._stage, self._stage_started = name, time.monotonic()
-        if self.verbose or (self.show_progress and not self.interactive):
+        if self.verbose:
             self._write(f"ortcompile: {name}")
+        elif self.show_progress and not self.interactive:
+            self._pending = name
         elif self.show_progress:
             self._write(f"ortcompile: {name} ...")
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            self._write(f"ortcompile: {self._pending}")
+            self._pending = ""
 
     def detail(self, message: str) -> None:
         if self.verbose:
@@ -77,6 +87,7 @@ class TerminalReporter:
 
     def tick(self) -> None:
         """Called while waiting: after a second, keep the current stage's elapsed time on one updating line."""
+        self._flush_pending()
         if not self.interactive or self.verbose or self._bars or not self._stage:
             return
         now = time.monotonic()
@@ -87,6 +98,7 @@ class TerminalReporter:
         sys.stderr.flush()
 
     def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
+        self._flush_pending()
         if not self.interactive:
             return lambda n: None
         from tqdm import tqdm

@@ -121,6 +121,17 @@ def test_progress_is_plain_lines_when_stderr_is_not_a_terminal(tmp_path: Path) -
     assert proc.stdout.startswith("out/model_ctx.onnx: ")  # the summary stays on stdout
     quiet = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", "--force", "-q", cwd=tmp_path)
     assert quiet.returncode == 0 and quiet.stderr == "" and quiet.stdout == ""
+    refused = run_cli("compile", "model.onnx", "-o", "out", "--ep", "cpu", "--no-config", cwd=tmp_path)  # exists: refused while planning
+    assert refused.returncode == 4 and len(refused.stderr.splitlines()) == 1, refused.stderr  # the error line alone
+
+
+def test_progress_names_the_compile_stage_on_a_pipe(tmp_path: Path) -> None:
+    shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
+    proc = run_cli("compile", "split.onnx", "-o", "out", "--ep", "qnn", "--no-config", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[:3] == ["ortcompile: reading model", "ortcompile: preparing split.onnx: pinning shapes, folding constants",
+                         "ortcompile: compiling split.onnx with QNNExecutionProvider"], proc.stderr
 
 
 # ---------------------------------------------------------------- 9: --share-weights --partition; -q keeps warnings
