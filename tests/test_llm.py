@@ -164,6 +164,18 @@ def test_force_replaces_a_package_atomically(shared: Path, source: Path, tmp_pat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ortcompile")]
 
 
+def test_if_changed_leaves_a_current_package_and_rebuilds_a_stale_one(shared: Path, source: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pkg"
+    shutil.copytree(shared, out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    proc = run_cli("llm", source, "-o", out, *SETTINGS, "--if-changed")
+    assert proc.returncode == 0 and proc.stdout == f"{out}: up to date\n", proc.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    proc = run_cli("llm", source, "-o", out, "--context-length", "32", "--prefill-length", "8", "--if-changed", "-v")
+    assert proc.returncode == 0 and "rebuilding: other settings" in proc.stderr, proc.stderr
+    assert json.loads((out / "llm.manifest.json").read_text())["context_length"] == 32
+
+
 def test_refusals(source: Path, tmp_path: Path) -> None:
     proc = run_cli("llm", source, "-o", tmp_path / "a", "--context-length", "8", "--prefill-length", "16")
     assert proc.returncode == 2 and "longer than --context-length" in proc.stderr
