@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from epfixmodels import REFUSED_EINSUMS, einsums, gqa, gqa_feeds, skip_norms
-from helpers import cpu_session, epcontext_nodes, qnn_session, run_cli
+from helpers import FIXTURES, cpu_session, epcontext_nodes, qnn_session, run_cli
 
 from ortcompile.compile.epfixes import einsum_plan
 from ortcompile.readback.compare import compare_output
@@ -131,3 +131,15 @@ def test_einsum_plan_computes_the_einsum(equation: str) -> None:
 @pytest.mark.parametrize("equation", ["ii->i", "bij,bjk->bk", "...ij,...jk->...ik", "i,i->", "ij,jk,kl->il", "ij->ij"])
 def test_einsum_forms_without_a_matmul_are_left_alone(equation: str) -> None:
     assert einsum_plan(equation) is None
+
+
+def test_a_stitched_graph_is_judged_too(tmp_path: Path) -> None:
+    """--partition: each part compiles on its own, yet Mod and Sinh (which QNN does not take) still sit between the
+    stitched model's EPContext nodes: the same warning, and --require-full refuses it."""
+    code, stderr, model = compile_qnn(FIXTURES / "split.onnx", tmp_path / "out", "--partition", "64KiB")
+    assert code == 0, stderr
+    assert "split.onnx: the qnn graph is fragmented: 4 EPContext nodes with 2 CPU nodes between them (Mod x1, Sinh x1)" in stderr
+    assert "qnn does not take Mod, Sinh and ortcompile knows no rewrite for them" in stderr
+    code, stderr, model = compile_qnn(FIXTURES / "split.onnx", tmp_path / "strict", "--partition", "64KiB", "--require-full")
+    assert code == 1 and stderr.rstrip().endswith("(--require-full)"), stderr
+    assert not model.exists()
