@@ -130,6 +130,9 @@ def test_package_carries_the_tokenizer_and_a_manifest_of_every_file(source: Path
         assert (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"])
     assert manifest["graphs"]["context"]["pins"] == {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 64, "kv_cache_dim": 16}
     assert manifest["graphs"]["iterator"]["pins"]["sequence_length"] == 1
+    for name in ("prefill_ctx", "decode_ctx"):  # each graph ran on decoder inputs before publishing, by the fp16 criterion
+        check = json.loads((unshared / f"{name}.manifest.json").read_text())["check"]
+        assert (check["mode"], check["passed"], check["criterion"]) == ("run", True, "parity (fp16 check)")
     assert not [p for p in unshared.parent.iterdir() if p.name.startswith(".ortcompile")]  # the staging directory is gone
 
 

@@ -27,6 +27,7 @@ from ortcompile.compile.sharing import compile_shared
 from ortcompile.errors import OutputError, UsageError, output_error
 from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, carried_files, package_config, read_genai_folder
 from ortcompile.llm.incremental import build_record, why_not_current
+from ortcompile.llm.inputs import check_inputs
 from ortcompile.llm.surgery import rewrite_decoder
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import hash_and_sync
@@ -49,7 +50,7 @@ class LlmOptions:
     target: str | None = None
     force: bool = False
     if_changed: bool = False  # leave a current package as it is (and replace a stale one without --force)
-    check: str = "load"  # generated check inputs are not decoder inputs: load, and let `verify`/genai judge numbers
+    check: str = "run"  # before publishing: run each graph on decoder inputs (inputs.py) and compare with the source
 
     def __post_init__(self) -> None:
         for name in ("context_length", "prefill_length"):
@@ -136,8 +137,8 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
         _link_or_copy(model.folder / location, sources / location)
     pins = {stage_name: stage_pins(dims, model, options, stage_name) for stage_name in (PREFILL, DECODE)}
     per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target,
-                                                               fix_dims=pins[s], force=True, check=options.check,  # type: ignore[arg-type]
-                                                               share_weights=options.share_weights)
+                                                               fix_dims=pins[s], force=True, share_weights=options.share_weights,
+                                                               **_check_settings(model, first, options, s))
                  for s in (PREFILL, DECODE)}
     models = list(per_model)
     if options.share_weights:
@@ -145,6 +146,19 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
     else:
         results = compile_models(models, stage, lambda m: per_model[str(m)], reporter)
     return dict(zip((PREFILL, DECODE), results)), pins
+
+
+def _check_settings(model: GenaiModel, graph: Path, options: LlmOptions, stage: str) -> dict[str, Any]:
+    """Run each graph on decoder inputs before publishing (inputs.py); a shared batch has one set of options and
+    QNN's simulator cannot load its shared context anyway, so it is checked as the batch machinery does."""
+    if options.share_weights or options.check != "run":
+        return {"check": "load" if options.check == "run" else options.check}
+    import onnx
+
+    ids = next(i for i in onnx.load_model(str(graph), load_external_data=False).graph.input if i.name == model.input_ids)
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(ids.type.tensor_type.elem_type)
+    vocab = int(model.config["model"]["vocab_size"])
+    return {"check": "run", "inputs": check_inputs(model, stage, options.context_length, options.prefill_length, vocab, dtype)}
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
