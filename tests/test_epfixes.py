@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 import pytest
 from epfixmodels import REFUSED_EINSUMS, einsums, gqa, gqa_feeds, skip_norms
-from helpers import cpu_session, epcontext_nodes, qnn_session, run_cli
+from helpers import FIXTURES, cpu_session, epcontext_nodes, qnn_session, run_cli
 
 from ortcompile.compile.epfixes import einsum_plan
 from ortcompile.readback.compare import compare_output
@@ -131,3 +131,40 @@ def test_einsum_plan_computes_the_einsum(equation: str) -> None:
 @pytest.mark.parametrize("equation", ["ii->i", "bij,bjk->bk", "...ij,...jk->...ik", "i,i->", "ij,jk,kl->il", "ij->ij"])
 def test_einsum_forms_without_a_matmul_are_left_alone(equation: str) -> None:
     assert einsum_plan(equation) is None
+
+
+def test_a_stitched_graph_is_judged_too(tmp_path: Path) -> None:
+    """--partition: each part compiles on its own, yet Mod and Sinh (which QNN does not take) still sit between the
+    stitched model's EPContext nodes: the same warning, and --require-full refuses it."""
+    code, stderr, model = compile_qnn(FIXTURES / "split.onnx", tmp_path / "out", "--partition", "64KiB")
+    assert code == 0, stderr
+    assert "split.onnx: the qnn graph is fragmented: 4 EPContext nodes with 2 CPU nodes between them (Mod x1, Sinh x1)" in stderr
+    assert "qnn does not take Mod, Sinh and ortcompile knows no rewrite for them" in stderr
+    code, stderr, model = compile_qnn(FIXTURES / "split.onnx", tmp_path / "strict", "--partition", "64KiB", "--require-full")
+    assert code == 1 and stderr.rstrip().endswith("(--require-full)"), stderr
+    assert not model.exists()
+
+
+def _fixed(model: onnx.ModelProto, tmp_path: Path, options: dict[str, str] | None = None) -> tuple[list[str], object]:
+    from ortcompile.compile.epfixes import apply_ep_fixes
+
+    report = apply_ep_fixes(model, "QNNExecutionProvider", tmp_path, options or {})
+    return [n.op_type for n in model.graph.node], report
+
+
+def test_a_fused_norm_whose_statistics_are_read_is_kept(tmp_path: Path) -> None:
+    """No standard op gives SkipLayerNormalization's mean / inv_std_var: a node whose statistics are read stays."""
+    model = onnx.load(str(skip_norms(tmp_path / "skip.onnx")))
+    model.graph.node[3].output.extend(["", "inv_std"])  # SkipLayerNormalization: output, mean, inv_std_var
+    model.graph.output.add().CopyFrom(onnx.helper.make_tensor_value_info("inv_std", onnx.TensorProto.FLOAT, None))
+    ops, report = _fixed(model, tmp_path)
+    assert ops.count("SkipLayerNormalization") == 1 and "SkipSimplifiedLayerNormalization" not in ops
+    assert report.kept == {"SkipLayerNormalization": 1} and report.decomposed == {"SkipSimplifiedLayerNormalization": 1}
+    assert "SkipLayerNormalization x1 kept (no decomposition of its form)" in report.describe()
+
+
+def test_op_affinity_only_for_the_htp_backend_and_never_over_the_users(tmp_path: Path) -> None:
+    for options, enabled in (({}, True), ({"backend_type": "gpu"}, False), ({"op_affinity": "mine.json"}, False)):
+        _, report = _fixed(onnx.load(str(gqa(tmp_path / "gqa.onnx"))), tmp_path, options)
+        assert bool(report.provider_options) is enabled, options
+    assert json.loads((tmp_path / "op_affinity.json").read_text()) == {"op_type": {"GroupQueryAttention": "htp"}}

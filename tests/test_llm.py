@@ -130,6 +130,9 @@ def test_package_carries_the_tokenizer_and_a_manifest_of_every_file(source: Path
         assert (len(data), hashlib.sha256(data).hexdigest()) == (entry["size"], entry["sha256"])
     assert manifest["graphs"]["context"]["pins"] == {"batch_size": 1, "sequence_length": 8, "past_sequence_length": 64, "kv_cache_dim": 16}
     assert manifest["graphs"]["iterator"]["pins"]["sequence_length"] == 1
+    for name in ("prefill_ctx", "decode_ctx"):  # each graph ran on decoder inputs before publishing, by the fp16 criterion
+        check = json.loads((unshared / f"{name}.manifest.json").read_text())["check"]
+        assert (check["mode"], check["passed"], check["criterion"]) == ("run", True, "parity (fp16 check)")
     assert not [p for p in unshared.parent.iterdir() if p.name.startswith(".ortcompile")]  # the staging directory is gone
 
 
@@ -162,6 +165,18 @@ def test_force_replaces_a_package_atomically(shared: Path, source: Path, tmp_pat
     assert (before["context_length"], after["context_length"]) == (64, 32)
     assert {p.name for p in out.iterdir()} == {f["name"] for f in after["files"]} | {"llm.manifest.json"}  # nothing of the old one
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ortcompile")]
+
+
+def test_if_changed_leaves_a_current_package_and_rebuilds_a_stale_one(shared: Path, source: Path, tmp_path: Path) -> None:
+    out = tmp_path / "pkg"
+    shutil.copytree(shared, out)
+    before = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    proc = run_cli("llm", source, "-o", out, *SETTINGS, "--if-changed")
+    assert proc.returncode == 0 and proc.stdout == f"{out}: up to date\n", proc.stderr
+    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == before
+    proc = run_cli("llm", source, "-o", out, "--context-length", "32", "--prefill-length", "8", "--if-changed", "-v")
+    assert proc.returncode == 0 and "rebuilding: other settings" in proc.stderr, proc.stderr
+    assert json.loads((out / "llm.manifest.json").read_text())["context_length"] == 32
 
 
 def test_refusals(source: Path, tmp_path: Path) -> None:

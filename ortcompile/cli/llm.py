@@ -22,9 +22,10 @@ from ortcompile.cli.params import KeyValue, pairs
 @click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("soc_model=60"), help="Provider option for the compile (repeatable).")
 @click.option("--target", default=None, help="Device generation to compile for (see 'ortcompile eps --targets').")
 @click.option("--force", is_flag=True, help="Replace an earlier package in the output directory.")
+@click.option("--if-changed", is_flag=True, help="Do nothing if the package is current (same inputs, settings, versions); else rebuild it.")
 @output_options
 def command(folder: str, output_dir: str, context_length: int, prefill_length: int, share_weights: bool,
-            ep_options: tuple[str, ...], target: str | None, force: bool) -> None:
+            ep_options: tuple[str, ...], target: str | None, force: bool, if_changed: bool) -> None:
     """Compile the decoder of FOLDER (genai_config.json + model.onnx) into a package in OUTPUT_DIR."""
     from ortcompile.llm import LlmOptions, compile_llm
     from ortcompile.native import set_ort_log_level
@@ -32,12 +33,15 @@ def command(folder: str, output_dir: str, context_length: int, prefill_length: i
     out = current()
     set_ort_log_level(out.verbose)
     options = LlmOptions(context_length=context_length, prefill_length=prefill_length, share_weights=share_weights,
-                         ep_options=pairs(ep_options), target=target, force=force)
+                         ep_options=pairs(ep_options), target=target, force=force,
+                         if_changed=if_changed)
     package = compile_llm(folder, output_dir, options, out.reporter())
     out.result(package.to_json(), _summary(package.to_json()))
 
 
 def _summary(document: dict[str, Any]) -> list[str]:
+    if document["up_to_date"]:
+        return [f"{document['output_dir']}: up to date"]
     size = sum(f["size"] for f in document["files"])
     graphs = ", ".join(f"{stage} {g['model']} ({g['epcontext_nodes']} EPContext, {sum(g['remaining_ops'].values())} CPU nodes)"
                        for stage, g in document["graphs"].items())

@@ -7,12 +7,13 @@ stayed on the CPU and what would fix them; `--require-full` makes it an error (e
 
 from __future__ import annotations
 
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from ortcompile.compile.epfixes import fixable_ops
-from ortcompile.errors import CompilationFailed
+from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import EPCONTEXT
 
 
@@ -72,6 +73,14 @@ def _reach(starts: list[int], step: Any) -> set[int]:
     return seen
 
 
-def require_full(found: Fragmentation, message: str) -> None:
-    if found.fragmented:
+def judge_fragmentation(graph_proto: bytes, model: str, ep_short: str, ep_name: str, prepared: bool, require_full: bool) -> None:
+    """Warn when CPU nodes sit between the EP's partitions of a compiled graph; with `require_full`, fail instead."""
+    import onnx  # loaded already: the graph pass parsed this proto
+
+    found = fragmentation(onnx.ModelProto.FromString(graph_proto))
+    if not found.fragmented:
+        return
+    message = found.message(model, ep_short, ep_name, prepared)
+    if require_full:
         raise CompilationFailed(f"not published: {message.replace('; --require-full makes this an error', '')} (--require-full)")
+    warnings.warn(message, OrtCompileWarning, stacklevel=3)

@@ -25,7 +25,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
-from ortcompile.compile.fragmentation import fragmentation, require_full
+from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
@@ -241,23 +241,11 @@ class CompileJob:
                 raise self.explain_nothing_compiled(NothingCompiled("nothing compiled", ep_starts=starts))
             warnings.warn(f"{self.source.path.name}: {self.ep.info.short_name} compiled no nodes (--allow-partial): "
                           "the output runs entirely on the CPU EP", OrtCompileWarning, stacklevel=2)
-        self.judge_fragmentation(step)
+        if self.compiles:
+            judge_fragmentation(step.graph_proto, self.source.path.name, self.ep.info.short_name, self.ep.name, self.options.prepare,
+                                self.options.require_full)
         self.timings["graph_pass"] = time.perf_counter() - clock
         return Built(self, files, graph, step)
-
-    def judge_fragmentation(self, step: EpStepOutput) -> None:
-        """Warn (--require-full: fail) when CPU nodes sit between the EP's partitions."""
-        import onnx  # loaded already by the graph pass
-
-        if not self.compiles:
-            return
-        found = fragmentation(onnx.ModelProto.FromString(step.graph_proto))
-        if not found.fragmented:
-            return
-        message = found.message(self.source.path.name, self.ep.info.short_name, self.ep.name, self.options.prepare)
-        if self.options.require_full:
-            require_full(found, message)
-        warnings.warn(message, OrtCompileWarning, stacklevel=2)
 
     # ---------------------------------------------------------------- finishing (single model and batches)
 

@@ -27,6 +27,7 @@ from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpRequest, EpStepOutput
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
+from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partcheck import CompiledPart, PartVerifier
 from ortcompile.compile.partsplan import PartsPlan, is_part_file
@@ -113,6 +114,9 @@ class StitchJob:
         if self.ep.info.compiles and graph.epcontext_nodes == 0 and self.plan.options["require_compiled"]:
             raise CompilationFailed(f"{self.plan.source}: {self.ep.info.short_name} took no node of any part; "
                                     "pass --allow-partial to publish it for the CPU EP")
+        if self.ep.info.compiles:  # the parts may each be whole while CPU nodes sit between them
+            judge_fragmentation(step.graph_proto, Path(self.plan.source).name, self.ep.info.short_name, self.ep.name,
+                                bool(self.plan.options.get("prepare", True)), self.options.require_full)
         return Built(self, files, graph, step)
 
     def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:

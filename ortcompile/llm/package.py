@@ -26,6 +26,8 @@ from ortcompile.compile.job import compile_models
 from ortcompile.compile.sharing import compile_shared
 from ortcompile.errors import OutputError, UsageError, output_error
 from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, carried_files, package_config, read_genai_folder
+from ortcompile.llm.incremental import build_record, why_not_current
+from ortcompile.llm.inputs import check_inputs
 from ortcompile.llm.surgery import rewrite_decoder
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import hash_and_sync
@@ -47,7 +49,8 @@ class LlmOptions:
     ep_options: dict[str, str] = field(default_factory=dict)
     target: str | None = None
     force: bool = False
-    check: str = "load"  # generated check inputs are not decoder inputs: load, and let `verify`/genai judge numbers
+    if_changed: bool = False  # leave a current package as it is (and replace a stale one without --force)
+    check: str = "run"  # before publishing: run each graph on decoder inputs (inputs.py) and compare with the source
 
     def __post_init__(self) -> None:
         for name in ("context_length", "prefill_length"):
@@ -58,17 +61,21 @@ class LlmOptions:
             raise UsageError(f"--prefill-length {self.prefill_length} is longer than --context-length {self.context_length}")
 
 
+    def settings(self) -> dict[str, Any]:
+        """What shapes the package (the manifest records it; --if-changed compares it)."""
+        return {"context_length": self.context_length, "prefill_length": self.prefill_length, "share_weights": self.share_weights,
+                "ep": EP, "ep_options": dict(sorted(self.ep_options.items())), "target": self.target, "check": self.check}
+
+
 @dataclass
 class LlmPackage:
     output_dir: Path
     files: list[dict[str, Any]]
-    graphs: dict[str, CompileResult]
-    pins: dict[str, dict[str, int]]
+    graphs: dict[str, dict[str, Any]]  # context / iterator -> model, pins, epcontext_nodes, remaining_ops
+    up_to_date: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"output_dir": str(self.output_dir), "files": self.files, "pins": self.pins,
-                "graphs": {stage: {"model": r.model, "epcontext_nodes": r.epcontext_nodes, "remaining_ops": r.remaining_ops}
-                           for stage, r in self.graphs.items()}}
+        return {"output_dir": str(self.output_dir), "up_to_date": self.up_to_date, "files": self.files, "graphs": self.graphs}
 
 
 def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[str], options: LlmOptions | None = None,
@@ -76,20 +83,28 @@ def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[st
     options, reporter = options or LlmOptions(), reporter or SilentReporter()
     model = read_genai_folder(Path(folder))
     out = Path(output_dir)
-    _check_destination(out, options.force)
+    record = build_record(model, options.settings())
+    if options.if_changed:
+        reason = why_not_current(out, MANIFEST, record)
+        if not reason:
+            reporter.stage(f"{out} is up to date")
+            manifest = json.loads((out / MANIFEST).read_text())
+            return LlmPackage(out, manifest["files"], manifest["graphs"], up_to_date=True)
+        reporter.detail(f"{out}: rebuilding: {reason}")
+    _check_destination(out, options.force or options.if_changed)
     stage = out.absolute().parent / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         stage.mkdir(parents=True)
         graphs, pins = _compile_graphs(model, stage, options, reporter)
         shutil.rmtree(stage / SOURCES)
         _write_package(model, stage, graphs, options)
-        files = _write_manifest(stage, model, options, graphs, pins)
+        manifest = _write_manifest(stage, model, graphs, pins, record)
         _publish(stage, out)
     except OSError as exc:
         raise output_error(exc, f"the package {out}") from exc
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-    return LlmPackage(out, files, graphs, pins)
+    return LlmPackage(out, manifest["files"], manifest["graphs"])
 
 
 def _check_destination(out: Path, force: bool) -> None:
@@ -122,8 +137,8 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
         _link_or_copy(model.folder / location, sources / location)
     pins = {stage_name: stage_pins(dims, model, options, stage_name) for stage_name in (PREFILL, DECODE)}
     per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target,
-                                                               fix_dims=pins[s], force=True, check=options.check,  # type: ignore[arg-type]
-                                                               share_weights=options.share_weights)
+                                                               fix_dims=pins[s], force=True, share_weights=options.share_weights,
+                                                               **_check_settings(model, first, options, s))
                  for s in (PREFILL, DECODE)}
     models = list(per_model)
     if options.share_weights:
@@ -131,6 +146,19 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
     else:
         results = compile_models(models, stage, lambda m: per_model[str(m)], reporter)
     return dict(zip((PREFILL, DECODE), results)), pins
+
+
+def _check_settings(model: GenaiModel, graph: Path, options: LlmOptions, stage: str) -> dict[str, Any]:
+    """Run each graph on decoder inputs before publishing (inputs.py); a shared batch has one set of options and
+    QNN's simulator cannot load its shared context anyway, so it is checked as the batch machinery does."""
+    if options.share_weights or options.check != "run":
+        return {"check": "load" if options.check == "run" else options.check}
+    import onnx
+
+    ids = next(i for i in onnx.load_model(str(graph), load_external_data=False).graph.input if i.name == model.input_ids)
+    dtype = onnx.helper.tensor_dtype_to_np_dtype(ids.type.tensor_type.elem_type)
+    vocab = int(model.config["model"]["vocab_size"])
+    return {"check": "run", "inputs": check_inputs(model, stage, options.context_length, options.prefill_length, vocab, dtype)}
 
 
 def _link_or_copy(source: Path, target: Path) -> None:
@@ -156,19 +184,18 @@ def _write_package(model: GenaiModel, stage: Path, graphs: dict[str, CompileResu
         shutil.copyfile(path, stage / path.name)
 
 
-def _write_manifest(stage: Path, model: GenaiModel, options: LlmOptions, graphs: dict[str, CompileResult],
-                    pins: dict[str, dict[str, int]]) -> list[dict[str, Any]]:
+def _write_manifest(stage: Path, model: GenaiModel, graphs: dict[str, CompileResult], pins: dict[str, dict[str, int]],
+                    record: dict[str, Any]) -> dict[str, Any]:
     files = []
     for path in sorted(p for p in stage.iterdir() if p.is_file()):
         written = hash_and_sync(path)
         files.append({"name": path.name, "size": written.size, "sha256": written.sha256})
-    record = {"format": FORMAT, "source": model.folder.name, "context_length": options.context_length,
-              "prefill_length": options.prefill_length, "share_weights": options.share_weights, "ep": EP,
-              "graphs": {s: {"model": graphs[s].model, "pins": pins[s], "epcontext_nodes": graphs[s].epcontext_nodes,
-                             "remaining_ops": graphs[s].remaining_ops} for s in graphs},
-              "files": files}
-    (stage / MANIFEST).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    return files
+    manifest = {"format": FORMAT, "source": model.folder.name, **record["settings"], "built_from": record,
+                "graphs": {s: {"model": graphs[s].model, "pins": pins[s], "epcontext_nodes": graphs[s].epcontext_nodes,
+                               "remaining_ops": graphs[s].remaining_ops} for s in graphs},
+                "files": files}
+    (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
 
 
 def _publish(stage: Path, out: Path) -> None:
