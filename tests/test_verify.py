@@ -39,12 +39,12 @@ CLI = [sys.executable, "-m", "ortcompile"]
 QNN_NOISE_BOUND = 5e-3
 
 TOP_KEYS = {"format", "ok", "compiled", "reference", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
-            "session_seconds", "load_speedup", "runs", "failure"}
+            "session_seconds", "load_speedup", "runs", "input_sets", "warning", "failure"}
 CRITERION_KEYS = {"kind", "precision", "purpose", "rtol", "atol", "min_snr_db", "min_psnr_db", "min_cosine", "min_top1",
                   "min_equal_fraction", "why", "describe"}
 INTEGRITY_KEYS = {"path", "found", "hashed", "ok", "problems", "files", "referenced_files_problems"}
 INTEGRITY_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "status"}
-RUN_KEYS = {"seed", "outputs"}
+RUN_KEYS = {"seed", "set", "outputs"}
 OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok",
                "criterion", "exact", "snr_db", "psnr_db", "cosine", "top1", "top1_rows", "topk", "nonfinite", "note"}
 

@@ -81,7 +81,7 @@ def _gradient(shape: tuple[int, ...]) -> np.ndarray:
     height, width = (shape[1], shape[2]) if channels_last else (shape[2], shape[3])
     ramp = (np.linspace(0, 1, width)[None, :] + np.linspace(0, 1, height)[:, None]) / 2
     channels = shape[3] if channels_last else shape[1]
-    stacked = np.stack([(ramp + c / max(channels, 1) / 4) % 1.0 for c in range(channels)], axis=-1 if channels_last else 0)
+    stacked = np.stack([0.75 * ramp + 0.25 * c / max(channels, 1) for c in range(channels)], axis=-1 if channels_last else 0)
     return np.broadcast_to(stacked, shape)
 
 
