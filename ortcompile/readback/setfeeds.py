@@ -48,7 +48,8 @@ def set_feeds(source: Path, specs: Sequence[InputSpec], seeds: Sequence[int], di
     for chosen, feeds in zip(sets[1:], made[1:]):
         if chosen.edge:
             notes += [f"{chosen.name}: {note}" for note in feeds.notes if note not in first.notes]
-    notes.append("input sets: " + ", ".join(s.name for s in sets))
+    if len(sets) > 1:
+        notes.append("input sets: " + ", ".join(s.name for s in sets))
     return ChosenFeeds([f.arrays for f in made], sets, dict(first.dims), dict(first.guessed), notes, randoms.unverifiable())
 
 
