@@ -47,10 +47,19 @@ def set_feeds(source: Path, specs: Sequence[InputSpec], seeds: Sequence[int], di
     notes = [*first.notes, *randoms.notes()]
     for chosen, feeds in zip(sets[1:], made[1:]):
         if chosen.edge:
-            notes += [f"{chosen.name}: {note}" for note in feeds.notes if note not in first.notes]
+            notes += _grouped(chosen.name, [note for note in feeds.notes if note not in first.notes])
     if len(sets) > 1:
         notes.append("input sets: " + ", ".join(s.name for s in sets))
     return ChosenFeeds([f.arrays for f in made], sets, dict(first.dims), dict(first.guessed), notes, randoms.unverifiable())
+
+
+def _grouped(set_name: str, notes: list[str]) -> list[str]:
+    """One line per edge set and value: "zero ids: input_ids, token_type_ids: id 0 everywhere (padding)"."""
+    by_text: dict[str, list[str]] = {}
+    for note in notes:
+        name, _, text = note.partition(": ")
+        by_text.setdefault(text, []).append(name)
+    return [f"{set_name}: {', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
 def _all_given(specs: Sequence[InputSpec], given: Mapping[str, Given]) -> bool:
