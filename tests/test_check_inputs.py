@@ -241,3 +241,22 @@ def test_next_steps_name_only_options_this_build_has(purpose: str) -> None:
     assert ("--check load" in text) == (purpose == "check")
     names = {f.name for f in fields(CompileOptions)}
     assert ("--cpu-nodes" in text) == ("cpu_nodes" in names) and ("--fallback" in text) == ("fallback" in names)
+
+
+def test_config_inputs_key_feeds_the_check_its_samples(tmp_path: Path) -> None:
+    """`inputs = "samples"` in the config file (relative to it): the check judges on each sample."""
+    f32 = TensorProto.FLOAT
+    model = save(tmp_path / "scale.onnx", [helper.make_node("Mul", ["x", "k"], ["y"])], [helper.make_tensor_value_info("x", f32, [1, 8])],
+                 [helper.make_tensor_value_info("y", f32, [1, 8])], [numpy_helper.from_array(np.full((1, 8), 2.0, np.float32), "k")])
+    samples = tmp_path / "conf" / "samples"
+    samples.mkdir(parents=True)
+    for name in ("one", "two", "three"):
+        np.savez(samples / f"{name}.npz", x=np.full((1, 8), len(name), np.float32))
+    config = tmp_path / "conf" / "ortcompile.toml"
+    config.write_text('inputs = "samples"\n')
+    check = compiled_json(model, "-o", tmp_path / "out", "--ep", "cpu", "--config", config)["check"]
+    assert check["ok"] is True and check["input_sets"] == ["sample one.npz", "sample three.npz", "sample two.npz"]
+    bad = tmp_path / "conf" / "bad.toml"
+    bad.write_text('inputs = "missing"\n')
+    result = cli("compile", model, "-o", tmp_path / "out2", "--ep", "cpu", "--config", bad)
+    assert result.exit_code == 2 and "missing: no such file or directory" in result.stderr
