@@ -29,6 +29,7 @@ from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.feeds import specs_from_model
 from ortcompile.readback.llm import FP16_MIN
 from ortcompile.readback.nextsteps import next_steps
+from ortcompile.readback.randomops import find_random_ops
 from ortcompile.readback.setfeeds import set_feeds
 from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
 
@@ -90,6 +91,21 @@ def test_static_decoder_publishes_on_qnn_with_realistic_llm_inputs(tmp_path: Pat
     assert np.array_equal(chosen.arrays[2]["attention_mask"], arrays["attention_mask"])
 
 
+    # What the generic generator fed before (cos/sin 0..31 "named like position ids", an all-ones mask, uniform caches):
+    # fp16 attention overflows and the very same compiled model is refused (measured SNR 4.5 dB), so the criterion
+    # was not loosened: the inputs made the difference.
+    rng = np.random.default_rng(0)
+    generic = {**arrays, "position_cos": np.broadcast_to(np.arange(HEAD, dtype=np.float32), cos.shape).copy(),
+               "position_sin": np.broadcast_to(np.arange(HEAD, dtype=np.float32), sin.shape).copy(),
+               "attention_mask": np.ones_like(arrays["attention_mask"])}
+    generic.update({n: rng.uniform(-1, 1, a.shape).astype(np.float32) for n, a in arrays.items() if n.startswith("past_")})
+    np.savez(tmp_path / "generic.npz", **generic)
+    refused = cli("compile", model, "-o", tmp_path / "generic", "--ep", "qnn", "--inputs", tmp_path / "generic.npz")
+    assert refused.exit_code == 1 and "not published: output 'logits' differs from the source on the CPU EP (seed 0): SNR " in refused.stderr
+    snr = float(refused.stderr.split("SNR ")[1].split(" dB")[0])
+    assert snr < 20
+
+
 def test_genai_config_and_position_ids(tmp_path: Path) -> None:
     """A genai-style decoder: names from genai_config.json (its pad id for the zero-ids set), a 0/1 mask over
     past + new tokens, position ids after the filled cache."""
@@ -137,9 +153,10 @@ def log_front_end(path: Path) -> Path:
 def test_audio_front_end_refused_naming_the_set_and_the_next_step(tmp_path: Path) -> None:
     model = log_front_end(tmp_path / "frontend.onnx")
     assert [s.name for s in feeds_of(model).sets] == ["seed 0", "silence", "tone 440 Hz", "tone 3 kHz"]
-    result = cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn")
+    result = cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "-v")
     assert result.exit_code == 1 and not (tmp_path / "out" / "frontend_ctx.onnx").exists()
-    line = result.stderr.strip().splitlines()[-1]
+    assert "outputs per input set:" in result.stderr and "  silence: features [1, 1024]: " in result.stderr  # -v: the table
+    [line] = [t for t in result.stderr.splitlines() if t.startswith("ortcompile: error: ")]
     assert "not published: output 'features' differs from the source on the CPU EP (input set '" in line
     assert "next: --inputs DIR to judge on realistic inputs" in line and "--check load to publish" in line and "-v for the table" in line
 
@@ -207,6 +224,20 @@ def test_unremovable_random_ops_publish_with_a_warning(tmp_path: Path) -> None:
     assert "cannot be verified by comparison" in result.stderr
     manifest = json.loads((tmp_path / "out" / "sampler_ctx.manifest.json").read_text())
     assert manifest["check"]["compared"] is False
+
+
+def test_random_ops_found_seeded_dropout_and_multinomial() -> None:
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("Dropout", ["x", "ratio", "training"], ["d"], name="drop"),
+             helper.make_node("Dropout", ["d", "ratio"], ["d2"], name="inference_drop"),  # no training_mode: an identity
+             helper.make_node("RandomUniformLike", ["d2"], ["u"], name="seeded", seed=3.0),
+             helper.make_node("Multinomial", ["u"], ["m"], name="sample", sample_size=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f32, [1, 4]), helper.make_tensor_value_info("training", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("m", TensorProto.INT32, [1, 1])], [numpy_helper.from_array(np.array(0.5, np.float32), "ratio")])
+    found = find_random_ops(helper.make_model(graph))
+    assert found.nodes == ["drop (Dropout)", "seeded (RandomUniformLike)", "sample (Multinomial)"]
+    assert found.zeroed == {"training": "drop (Dropout)"} and found.seeded == ["seeded (RandomUniformLike)"]
+    assert not found.verifiable and found.unverifiable().startswith("the model draws random numbers (sample (Multinomial): no seed")
 
 
 # ---------------------------------------------------------------- data-dependent shapes and messages
