@@ -291,3 +291,23 @@ def test_config_inputs_key_feeds_the_check_its_samples(tmp_path: Path) -> None:
     bad.write_text('inputs = "missing"\n')
     result = cli("compile", model, "-o", tmp_path / "out2", "--ep", "cpu", "--config", bad)
     assert result.exit_code == 2 and "missing: no such file or directory" in result.stderr
+
+
+@pytest.mark.parametrize(("start", "end", "agrees"), [(0, -2, True), (2, 2**31, False)])
+def test_verify_judges_a_data_dependent_length_on_the_overlap(tmp_path: Path, start: int, end: int, agrees: bool) -> None:
+    """The "compiled" model gives 2 frames fewer than the source (as rounded durations do): trailing frames missing
+    pass on the overlap, with a note; a shift fails, saying the shape depends on the data."""
+    f32 = TensorProto.FLOAT
+    io = ([helper.make_tensor_value_info("x", f32, [1, 8, "frames"])], [helper.make_tensor_value_info("wav", f32, [1, 8, "frames"])])
+    source = save(tmp_path / "tts.onnx", [helper.make_node("Identity", ["x"], ["wav"])], *io)
+    cut = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("start", start), ("end", end), ("axis", 2))]
+    shorter = save(tmp_path / "shorter.onnx", [helper.make_node("Slice", ["x", "start", "end", "axis"], ["wav"])], *io, cut)
+    result = cli("verify", shorter, "--reference", source, "--ep", "cpu", "--no-time-source", "--json")
+    report = json.loads(result.stdout)
+    [out] = report["runs"][0]["outputs"]
+    shapes = "shape depends on the data: the compiled model gives [1, 8, 254], the source [1, 8, 256]; compared on the overlapping [1, 8, 254]"
+    if agrees:
+        assert result.exit_code == 0 and out["ok"] and out["note"] == f"{shapes}, which agrees"
+    else:
+        assert result.exit_code == 5 and out["reason"].startswith(f"{shapes}: ")
+        assert report["failure"].startswith(f"output 'wav' differs from the source on the CPU EP (seed 0): {shapes}: ")
