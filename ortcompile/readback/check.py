@@ -84,6 +84,6 @@ def describe_ok(report: ParityReport) -> str:
         return f"check: loads and runs on its EP, outputs not compared ({seconds:.2f}s)"
     snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
     quality = f", worst SNR {min(snrs):.1f} dB" if snrs else ""
-    count = len(report.outputs)
+    count = len(report.runs[0]["outputs"]) if report.runs else 0  # outputs of the model, not of every set
     sets = f" on {len(report.sets)} input sets" if len(report.sets) > 1 else ""
     return f"check: loads, runs and agrees with the source on the CPU EP{sets} ({count} output{'s' if count != 1 else ''}{quality}; {seconds:.2f}s)"
