@@ -3,15 +3,15 @@
 `make_feeds` picks, per input, in this order:
 
 1. an array or scalar the user gave (`given`), checked against the input (given.py) and noted as `NAME: given (ORIGIN)`;
-2. an LLM input (roles.py: token ids, position ids, RoPE cos/sin, attention masks, KV caches, when the model has
-   a cache, a RoPE table or an additive mask): one realistic prefill step over a partly filled cache (llm.py);
-   an edge set's value for an input of its role (inputsets.py: silence, tones, images, zero ids);
-2b. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
-3. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
+2. by the input's role (roles.py): an edge set's value (inputsets.py: silence, tones, images, zero ids), else
+   for an LLM input (token ids aside: see 5) when the model has a cache, a RoPE table or an additive mask, one
+   realistic prefill step over a partly filled cache (llm.py);
+3. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
+4. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
    random mask can mask everything and turn a softmax into NaN);
-4. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
+5. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
    constant -> that constant;
-5. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
+6. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
    strings "ortcompile".
 
 Every symbolic or unknown dimension gets a value: `dims`, else the shape of a given array, else a guess

@@ -143,11 +143,12 @@ def role_of(spec: InputSpec, facts: ModelFacts, hint: InputHint | None, extent: 
         return ROPE_COS
     if kind == "f" and SIN_NAME.search(name):
         return ROPE_SIN
-    if kind in "biuf" and kind and MASK_NAME.search(name):
+    if kind and kind in "biuf" and MASK_NAME.search(name):
         return _mask_kind(spec, facts)
-    if kind in "iu" and kind and POSITION_NAME.search(name):
+    integer = bool(kind) and kind in "iu"
+    if integer and POSITION_NAME.search(name):
         return POSITIONS
-    if kind in "iu" and kind and hint is not None and hint.high:
+    if integer and hint is not None and hint.high:
         return TOKEN_IDS if TOKEN_NAME.search(name) else IDS
     if kind == "f":
         return _signal_role(spec, facts.inputs.get(name, InputFacts()), extent)
