@@ -301,7 +301,8 @@ def builtin_values() -> dict[str, Any]:
             "inline_threshold": options.layout.inline_threshold, "align": options.layout.align,
             "align_threshold": options.layout.align_threshold, "shard_size": options.layout.shard_size, "embed": options.embed,
             "fix_dims": {}, "fix_shapes": {}, "freeze": {}, "prepare": options.prepare, "partition": None,
-            "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled}
+            "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled,
+            "inputs_path": None}
 
 
 def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
@@ -391,5 +392,14 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
         max_context_size=values["max_context_size"],
         check=values["check_mode"],
         require_compiled=values["require_compiled"],
-        **rest,
+        **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})},
     )
+
+
+def _configured_inputs(path: str | None, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The config's `inputs` (an .npz file or a directory), unless --input/--inputs gave inputs: those replace them."""
+    if not path or given:
+        return dict(given)
+    from ortcompile.readback.given import load_inputs  # numpy: only when a config names inputs
+
+    return load_inputs(path)

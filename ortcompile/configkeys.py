@@ -135,6 +135,7 @@ KEYS: dict[str, tuple[str, Check]] = {
     "max-context-size": ("max_context_size", _positive_size),
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
+    "inputs": ("inputs_path", _path),  # the check's (and --verify's) inputs: an .npz file or a directory of samples
 }
 
 

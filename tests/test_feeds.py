@@ -248,7 +248,7 @@ def test_load_inputs_from_npz_and_directory(tmp_path: Path) -> None:
     np.save(tmp_path / "single.npy", np.zeros(2))
     (tmp_path / "empty").mkdir()
     np.save(tmp_path / "objects.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    for path, message in [(tmp_path / "missing.npz", "no such file"), (tmp_path / "empty", "no .npy files"),
+    for path, message in [(tmp_path / "missing.npz", "no such file"), (tmp_path / "empty", "no .npy or .npz files"),
                           (tmp_path / "single.npy", "a single array has no input name")]:
         with pytest.raises(UsageError, match=message):
             load_inputs(path)

@@ -27,6 +27,7 @@ from helpers import published, without_progress
 from onnx import numpy_helper
 
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
+from ortcompile.readback.nextsteps import next_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
@@ -39,12 +40,13 @@ CLI = [sys.executable, "-m", "ortcompile"]
 QNN_NOISE_BOUND = 5e-3
 
 TOP_KEYS = {"format", "ok", "compiled", "reference", "reference_note", "ep", "criterion", "integrity", "dims", "guessed_dims", "inputs",
-            "session_seconds", "load_speedup", "runs", "failure"}
+            "session_seconds", "load_speedup", "runs", "input_sets", "warning", "failure"}
 CRITERION_KEYS = {"kind", "precision", "purpose", "rtol", "atol", "min_snr_db", "min_psnr_db", "min_cosine", "min_top1",
                   "min_equal_fraction", "why", "describe"}
 INTEGRITY_KEYS = {"path", "found", "hashed", "ok", "problems", "files", "referenced_files_problems"}
 INTEGRITY_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "status"}
-RUN_KEYS = {"seed", "outputs"}
+RUN_KEYS = {"seed", "set", "outputs"}
+VERIFY_NEXT = "; " + next_steps("verify")  # every failed verify ends with what to do next
 OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok",
                "criterion", "exact", "snr_db", "psnr_db", "cosine", "top1", "top1_rows", "topk", "nonfinite", "note"}
 
@@ -261,12 +263,12 @@ def test_flipped_weight_byte_in_data_file_fails_with_exit_5(built: dict[str, Pat
     assert out["snr_db"] < 15 and out["cosine"] < 0.99
     line = error_line(proc)
     assert line == (f"ortcompile: error: output 'y' differs from the source on the CPU EP (seed 0): SNR {out['snr_db']:.1f} dB < 20 dB; "
-                    f"max abs diff {out['max_abs']:.3g}, {out['mismatches']}/256 elements outside rtol=0.05 atol=0.005")
+                    f"max abs diff {out['max_abs']:.3g}, {out['mismatches']}/256 elements outside rtol=0.05 atol=0.005{VERIFY_NEXT}")
     # Judged as an fp32 EP, the same change fails on every element, as verify always reported it.
     fp32 = run("verify", model, "--reference", FIXTURES / "split.onnx", "--precision", "fp32", "--no-time-source")
     assert fp32.returncode == 5
     assert error_line(fp32) == ("ortcompile: error: output 'y' differs from the source on the CPU EP (seed 0): "
-                                f"256/256 elements outside rtol=0.001 atol=0.0001, max abs diff {out['max_abs']:.3g}")
+                                f"256/256 elements outside rtol=0.001 atol=0.0001, max abs diff {out['max_abs']:.3g}{VERIFY_NEXT}")
 
 
 def test_changed_op_in_compiled_graph_fails_with_exit_5(built: dict[str, Path], tmp_path: Path) -> None:
@@ -311,12 +313,12 @@ def test_int64_and_bool_outputs_are_compared_exactly(built: dict[str, Path], tmp
     assert (outputs["top"]["mismatches"], outputs["top"]["total"]) == (1, 1) and outputs["top"]["max_abs"] >= 1
     assert 0 < outputs["pos"]["mismatches"] <= 16 and outputs["pos"]["max_abs"] == 1.0
     assert not outputs["top"]["exact"] and outputs["top"]["snr_db"] is None  # integers: equal or not, no metrics
-    assert error_line(proc) == "ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): 1/1 elements differ"
+    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): 1/1 elements differ{VERIFY_NEXT}"
     # Judged as fp16 parity, integer outputs may differ on at most 1% of their elements: one of one still fails.
     fp16 = run("verify", model, "--reference", FIXTURES / "mixed.onnx", "--precision", "fp16")
     assert fp16.returncode == 5
     assert error_line(fp16) == ("ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): "
-                                "1/1 elements differ (at most 0.01 of them may)")
+                                f"1/1 elements differ (at most 0.01 of them may){VERIFY_NEXT}")
 
 
 def test_zero_tolerance_catches_qnn_float_noise(built: dict[str, Path]) -> None:
@@ -341,7 +343,7 @@ def test_zero_tolerance_under_fp16_parity_leaves_snr_and_cosine_to_decide(built:
     strict = verify_json(built["split"], FIXTURES / "split.onnx", "--rtol", "0", "--atol", "0", "--min-snr", "90", code=5)
     [out] = strict["runs"][0]["outputs"]
     assert strict["failure"] == (f"output 'y' differs from the source on the CPU EP (seed 0): SNR {out['snr_db']:.1f} dB < 90 dB; "
-                                 f"max abs diff {out['max_abs']:.3g}, 256/256 elements outside rtol=0 atol=0")
+                                 f"max abs diff {out['max_abs']:.3g}, 256/256 elements outside rtol=0 atol=0{VERIFY_NEXT}")
 
 
 # ---------------------------------------------------------------- integrity first
@@ -460,20 +462,22 @@ def test_dim_on_a_model_that_stayed_dynamic(built: dict[str, Path]) -> None:
     assert (out["shape"], out["total"], out["ok"]) == ([3, 256], 768, True)
 
 
+MIXED_EDGE_NOTES = ["zero ids: idx: id 0 everywhere (padding)", "input sets: seed 0, seed 1, zero ids"]
 MIXED_NOTES = ["idx: uniform in [0, 8) (indices into Gather on 'table' (8 along axis 0))", "mask: all true (a bool input: nothing masked out)"]
 
 
 def test_mixed_dtypes_verify_and_report_dims(built: dict[str, Path]) -> None:
     report = verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx", "--dim", "n=5", "--runs", "2")
     assert report["ok"] is True and (report["dims"], report["guessed_dims"]) == ({"n": 5}, {})
-    assert report["inputs"] == MIXED_NOTES  # how the generated integer and bool inputs were chosen
+    assert report["inputs"] == [*MIXED_NOTES, *MIXED_EDGE_NOTES]  # how the generated integer and bool inputs were chosen
+    assert report["input_sets"] == ["seed 0", "seed 1", "zero ids"]  # idx indexes a table: its zero ids are an edge set
     for run_ in report["runs"]:
         assert [(o["name"], o["dtype"], o["shape"]) for o in run_["outputs"]] == [
             ("y", "float32", [1, 16]), ("y16", "float16", [1, 16]), ("top", "int64", [1]), ("pos", "bool", [1, 16])]
     # n is the length of a rank-1 index input: a sequence, guessed 256 (feeds.SEQUENCE_EXTENT), and reported as a guess
     default = verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx")
     assert (default["dims"], default["guessed_dims"]) == ({"n": 256}, {"n": 256})
-    assert default["inputs"] == ["guessed dims: n=256", *MIXED_NOTES]
+    assert default["inputs"] == ["guessed dims: n=256", *MIXED_NOTES, "zero ids: idx: id 0 everywhere (padding)", "input sets: seed 0, zero ids"]
 
 
 def test_generated_inputs_cover_every_fixture_dtype() -> None:
@@ -593,7 +597,7 @@ def test_reshaped_output_is_reported_with_its_shapes(built: dict[str, Path], tmp
     top = next(o for o in report["runs"][0]["outputs"] if o["name"] == "top")
     assert (top["shape"], top["max_abs"], top["max_rel"], top["ok"]) == ([1, 1], None, None, False)
     assert top["reason"] == "the compiled model gives int64[1, 1], the source int64[1]"
-    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): {top['reason']}"
+    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): {top['reason']}{VERIFY_NEXT}"
 
 
 def test_docs_describe_every_json_key_and_option() -> None:

@@ -158,7 +158,10 @@ def verify_text(report: dict[str, Any]) -> list[str]:
     lines.append(f"criterion  {report['criterion']['describe']}")
     for run in report["runs"]:
         for out in run["outputs"]:
-            lines.append(f"output     {out['name']} seed={run['seed']}: {'ok' if out['ok'] else 'MISMATCH'}, {_metrics(out)}")
+            where = f"seed={run['seed']}" if run.get("set", "seed ").startswith("seed ") else f"set={run['set']!r}"
+            lines.append(f"output     {out['name']} {where}: {'ok' if out['ok'] else 'MISMATCH'}, {_metrics(out)}")
+    if report.get("warning"):
+        lines.append(f"warning    {report['warning']}")
     lines.append("result     " + ("ok" if report["ok"] else f"FAILED: {report['failure']}"))
     return lines
 

@@ -41,7 +41,8 @@ _SHAPING = [
                       "(auto: run up to 1 GiB of weights, else load)."),
     click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs]."),
 ]
-SHAPING_NAMES = tuple(name for name, _ in KEYS.values())  # the options above, as the config file's keys name them
+CONFIG_ONLY = ("inputs_path",)  # keys whose option is not a shaping option (--inputs is the command's own)
+SHAPING_NAMES = tuple(name for name, _ in KEYS.values() if name not in CONFIG_ONLY)  # the options above, as the config file's keys name them
 _CONFIG = [
     click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False, path_type=str),
                  help="Settings file (ortcompile.toml, or pyproject.toml with [tool.ortcompile]) [default: $ORTCOMPILE_CONFIG, else found upwards]."),

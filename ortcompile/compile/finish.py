@@ -151,10 +151,12 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
     request_ = check.check_request(staged_model, source.absolute(), request, mode, precision, dims, given, verify_criterion)
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
-        detail = "\n".join(report.notes) or None
+        detail = check.failure_detail(report)
         if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code:  # the very verdict --verify gives
             raise VerificationFailed(f"not published: {report.failure()}", detail=detail)
         raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail)
+    if report.warning:
+        warnings.warn(f"{source.name}: {report.warning}", OrtCompileWarning, stacklevel=2)
     reporter.detail(check.describe_ok(report))
     return CheckOutcome(check.record(report, bool(given)), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
 

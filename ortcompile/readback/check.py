@@ -6,8 +6,12 @@ partitions ("count of graph inputs should be at least the count of tensor_wrappe
 compiled model ran but computed something else (correlation ~0, another output length). So before
 publishing, the worker child opens the staged model with the target EP — no CPU fallback anywhere — runs
 it once on generated inputs (or the user's), and compares with the source on the CPU EP (parity.py) under
-the criterion `verify` applies for the EP's precision, on the same seed-0 inputs: a default compile never
-publishes what a default `verify` rejects. With `--verify`, the check applies --verify's criterion options
+the criterion `verify` applies for the EP's precision, on seeds 0 and 1 (seed 0 only above SMALL_SOURCE bytes:
+each set is one more run of both models) and the edge sets the inputs suggest (inputsets.py: silence and tones
+for audio, structured images, zero ids; realistic LLM inputs, llm.py), or on the user's samples: a default
+compile never publishes what a default `verify` rejects. Random ops are removed or make the model
+unverifiable by comparison (randomops.py: it is published after the load and run, with a warning).
+With `--verify`, the check applies --verify's criterion options
 too (a check stricter than the --verify asked for would refuse what the user accepted).
 """
 
@@ -21,7 +25,10 @@ from ortcompile.compile.epstep import EpRequest
 from ortcompile.options import CheckMode
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given
+from ortcompile.readback.nextsteps import runs_table
 from ortcompile.readback.parity import ParityReport, ParityRequest
+
+SMALL_SOURCE = 256 * 2**20  # bytes of model and data: below it the check also runs seed 1
 
 
 def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, precision: str, dims: dict[str, int],
@@ -29,7 +36,22 @@ def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, pre
     """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them."""
     settings = dict(overrides or {})
     criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
-    return ParityRequest(model, source, ep, mode, criterion, dims, (0,), dict(given or {}), lean=True)
+    return ParityRequest(model, source, ep, mode, criterion, dims, check_seeds(source), dict(given or {}), lean=True)
+
+
+def check_seeds(source: Path) -> tuple[int, ...]:
+    """(0, 1) for small models, (0,) for large ones (the model and its data files beside it, as far as known)."""
+    try:
+        size = source.stat().st_size + sum(p.stat().st_size for p in source.parent.glob(source.name + ".data*"))
+    except OSError:
+        size = SMALL_SOURCE
+    return (0, 1) if size < SMALL_SOURCE else (0,)
+
+
+def failure_detail(report: ParityReport) -> str | None:
+    """-v after a refusal: how the inputs were chosen, then every output of every input set."""
+    lines = [*report.notes, *(["outputs per input set:", *runs_table(report.runs)] if report.runs else [])]
+    return "\n".join(lines) or None
 
 
 def record(report: ParityReport, given: bool) -> dict[str, Any]:
@@ -39,6 +61,8 @@ def record(report: ParityReport, given: bool) -> dict[str, Any]:
     if report.mode == "run":
         result["criterion"] = f"{report.criterion.get('kind')} ({report.criterion.get('precision')} check)"
         result["inputs"] = "given and generated (seeded)" if given else "generated (seeded)"
+        if report.warning:
+            result["compared"] = False
     return result
 
 
@@ -47,7 +71,8 @@ def to_json(report: ParityReport) -> dict[str, Any]:
     return {"mode": report.mode, "ok": report.ok, "error": report.error, "hint": report.hint,
             "seconds": {k: round(v, 3) for k, v in report.seconds.items()}, "placement": report.placement,
             "placement_nodes": report.placement_nodes,
-            "criterion": report.criterion, "outputs": report.outputs, "dims": report.dims, "notes": report.notes}
+            "criterion": report.criterion, "outputs": report.outputs, "dims": report.dims, "notes": report.notes,
+            "input_sets": report.sets, "warning": report.warning}
 
 
 def describe_ok(report: ParityReport) -> str:
@@ -55,7 +80,10 @@ def describe_ok(report: ParityReport) -> str:
     seconds = sum(report.seconds.values())
     if report.mode == "load":
         return f"check: loads on its EP ({seconds:.2f}s)"
+    if report.warning:
+        return f"check: loads and runs on its EP, outputs not compared ({seconds:.2f}s)"
     snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
     quality = f", worst SNR {min(snrs):.1f} dB" if snrs else ""
-    count = len(report.outputs)
-    return f"check: loads, runs and agrees with the source on the CPU EP ({count} output{'s' if count != 1 else ''}{quality}; {seconds:.2f}s)"
+    count = len(report.runs[0]["outputs"]) if report.runs else 0  # outputs of the model, not of every set
+    sets = f" on {len(report.sets)} input sets" if len(report.sets) > 1 else ""
+    return f"check: loads, runs and agrees with the source on the CPU EP{sets} ({count} output{'s' if count != 1 else ''}{quality}; {seconds:.2f}s)"

@@ -3,12 +3,15 @@
 `make_feeds` picks, per input, in this order:
 
 1. an array or scalar the user gave (`given`), checked against the input (given.py) and noted as `NAME: given (ORIGIN)`;
-2. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
-3. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
+2. by the input's role (roles.py): an edge set's value (inputsets.py: silence, tones, images, zero ids), else
+   for an LLM input (token ids aside: see 5) when the model has a cache, a RoPE table or an additive mask, one
+   realistic prefill step over a partly filled cache (llm.py);
+3. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
+4. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
    random mask can mask everything and turn a softmax into NaN);
-4. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
+5. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
    constant -> that constant;
-5. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
+6. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
    strings "ortcompile".
 
 Every symbolic or unknown dimension gets a value: `dims`, else the shape of a given array, else a guess
@@ -36,6 +39,9 @@ from ortcompile.native import proc_kib_field
 from ortcompile.onnxfacts import graph_inputs, input_dims
 from ortcompile.readback.given import Given, conform, load_inputs, parse_input
 from ortcompile.readback.hints import InputHint, read_hints
+from ortcompile.readback.inputsets import edge_value, sample_rate
+from ortcompile.readback.llm import Layout, layout_of, llm_value
+from ortcompile.readback.roles import LLM_ROLES, TOKEN_IDS, ModelFacts, genai_int, role_of
 
 __all__ = [
     "Feeds", "Given", "InputHint", "InputSpec", "guess_dim", "load_inputs", "make_feeds", "numpy_dtype", "parse_input", "read_hints",
@@ -103,6 +109,7 @@ class Feeds:
     dims: dict[str, int] = field(default_factory=dict)
     guessed: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    roles: dict[str, str] = field(default_factory=dict)  # input -> role (roles.py), for the edge sets to plan
 
 
 def numpy_dtype(ort_type: str) -> np.dtype | None:
@@ -164,8 +171,11 @@ def make_feeds(
     dims: Mapping[str, int] | None = None,
     given: Mapping[str, Given | np.ndarray | int | float | bool] | None = None,
     hints: Mapping[str, InputHint] | None = None,
+    facts: ModelFacts | None = None,
+    edge: str = "",
 ) -> Feeds:
-    """One array per input (see the module docstring for how each is chosen)."""
+    """One array per input (see the module docstring for how each is chosen). `facts`: what the source graph and
+    its genai_config say about the inputs (roles.read_facts); `edge`: an edge set's style (inputsets.py)."""
     by_name = {spec.name: spec for spec in specs}
     given = {name: value if isinstance(value, Given) else Given(value) for name, value in (given or {}).items()}
     unknown = sorted(set(given) - set(by_name))
@@ -179,14 +189,22 @@ def make_feeds(
     shapes = {spec.name: tuple(d if isinstance(d, int) else feeds.dims[spec.dim_key(a)] for a, d in enumerate(spec.dims)) for spec in specs}
     made = [spec for spec in specs if not isinstance(given.get(spec.name, Given(0)).value, np.ndarray)]  # the arrays allocated here
     _require_memory(made, shapes, feeds.dims)
+    facts, hints = facts or ModelFacts(), hints or {}
+    extents = {name: shape[-1] if shape else None for name, shape in shapes.items()}
+    feeds.roles = {spec.name: role for spec in specs if (role := role_of(spec, facts, hints.get(spec.name), extents[spec.name]))}
+    layout = layout_of(feeds.roles, shapes, genai_int(facts, "head_size"))
+    special = _RoleValues(feeds.roles, layout, facts, hints, edge, seed)
     for spec in specs:
         shape = shapes[spec.name]
         try:
             if spec.name in given:
                 feeds.arrays[spec.name] = conform(spec, given[spec.name], shape)
                 feeds.notes.append(f"{spec.name}: {GIVEN_NOTE} ({given[spec.name].origin})")
+            elif (chosen := special.value(spec, shape)) is not None:
+                feeds.arrays[spec.name] = chosen[0]
+                feeds.notes.append(f"{spec.name}: {chosen[1]}")
             else:
-                feeds.arrays[spec.name] = _generate(spec, shape, seed, (hints or {}).get(spec.name), feeds.notes)
+                feeds.arrays[spec.name] = _generate(spec, shape, seed, hints.get(spec.name), feeds.notes)
         except (MemoryError, ValueError) as exc:  # numpy: "Unable to allocate ...", "array is too big ..."
             if isinstance(exc, ValueError) and "too big" not in str(exc):
                 raise
@@ -256,6 +274,27 @@ def _choose_dims(feeds: Feeds, specs: Sequence[InputSpec], explicit: dict[str, i
                 feeds.dims[key] = feeds.guessed[key] = guess_dim(key, specs)
     if feeds.guessed:
         feeds.notes.append("guessed dims: " + ", ".join(f"{k}={v}" for k, v in feeds.guessed.items()))
+
+
+class _RoleValues:
+    """Values chosen by role: an edge set's, else an LLM input's (None: the generic generator decides)."""
+
+    def __init__(self, roles: dict[str, str], layout: Layout | None, facts: ModelFacts, hints: Mapping[str, InputHint], edge: str, seed: int) -> None:
+        self.roles, self.layout, self.facts, self.hints, self.edge, self.seed = roles, layout, facts, hints, edge, seed
+        self.rate = sample_rate([h.value for h in hints.values()])
+
+    def value(self, spec: InputSpec, shape: tuple[int, ...]) -> tuple[np.ndarray, str] | None:
+        role, dtype, hint = self.roles.get(spec.name, ""), spec.dtype, self.hints.get(spec.name)
+        if not role or dtype is None or dtype.kind == "O":
+            return None
+        if self.edge:
+            pad = genai_int(self.facts, "pad_token_id") or 0
+            made = edge_value(self.edge, role, shape, dtype, self.rate, pad if not hint or not hint.high or pad < hint.high else 0)
+            if made is not None:
+                return made
+        if self.layout is None or role not in LLM_ROLES or role == TOKEN_IDS or not shape:
+            return None  # token ids: the hint's in-table ids (or genai's vocabulary) below
+        return llm_value(role, shape, dtype, self.layout, _rng(self.seed, spec.name), hint.high if hint else None, self.facts.rope_theta)
 
 
 def _rng(seed: int, name: str) -> np.random.Generator:

@@ -12,6 +12,9 @@ dtype (numpy saves float64 and int64 by default):
 - bool inputs accept bools, or integers that are all 0 or 1;
 - string inputs accept numpy string arrays.
 
+A directory of `.npz` files is a set of **samples**, one per file (each with the same input names): the check and
+`verify` then judge the model on every sample, in file-name order, instead of on generated sets.
+
 `NAME=VALUE` is a scalar (int, float, `true`/`false`) that fills the whole input, whatever its shape: it sets
 no dimension. An array sets the symbolic dims of its input (see feeds.make_feeds).
 
@@ -43,6 +46,27 @@ class Given:
 
     value: np.ndarray | int | float | bool
     origin: str = "given"
+    more: tuple[tuple[np.ndarray, str], ...] = ()  # further samples' values and origins (an --inputs DIR of .npz files)
+
+    def sample(self, index: int) -> Given:
+        """This input in sample `index` (one value only: the same in every sample)."""
+        if not self.more or index == 0:
+            return Given(self.value, self.origin)
+        value, origin = self.more[index - 1]
+        return Given(value, origin)
+
+
+def sample_count(given: dict[str, Given]) -> int:
+    """How many samples the given inputs hold (1: one set of values, or none)."""
+    return max((1 + len(g.more) for g in given.values()), default=1)
+
+
+def sample_names(given: dict[str, Given]) -> list[str]:
+    """Each sample's file name, for messages ("sample b.npz")."""
+    most = max(given.values(), key=lambda g: len(g.more), default=None)
+    if most is None or not most.more:
+        return [next(iter(given.values())).origin.split(":")[0]] if given else []
+    return [o.split(":")[0] for o in (most.origin, *(origin for _, origin in most.more))]
 
 
 def parse_input(text: str, names: Iterable[str] = ()) -> tuple[str, Given]:
@@ -69,9 +93,13 @@ def load_inputs(path: str | Path) -> dict[str, Given]:
     """Every array of an `.npz` file, or every `NAME.npy` in a directory, by input name."""
     path = Path(path)
     if path.is_dir():
-        files = sorted(path.glob("*.npy"))
+        files, samples = sorted(path.glob("*.npy")), sorted(path.glob("*.npz"))
+        if files and samples:
+            raise UsageError(f"{path}: holds both .npy files (one input each) and .npz files (one sample each); keep one kind")
+        if samples:
+            return _samples(path, samples)
         if not files:
-            raise UsageError(f"{path}: no .npy files in this directory")
+            raise UsageError(f"{path}: no .npy or .npz files in this directory")
         return {f.stem: Given(_load_npy(f), f.name) for f in files}
     if not os.path.lexists(path):
         raise UsageError(f"{path}: no such file or directory")
@@ -86,6 +114,18 @@ def load_inputs(path: str | Path) -> dict[str, Given]:
             raise
         except Exception as exc:  # MemoryError too: an entry whose header claims more than fits
             raise UsageError(f"{path}: cannot read as .npz: {first_line(exc)}") from exc
+
+
+def _samples(directory: Path, files: list[Path]) -> dict[str, Given]:
+    """One sample per .npz file; every sample must name the same inputs (a missing one could not be compared)."""
+    loaded = [load_inputs(f) for f in files]
+    names = set(loaded[0])
+    for file, sample in zip(files[1:], loaded[1:]):
+        if set(sample) != names:
+            differ = sorted(names ^ set(sample))[0]
+            raise UsageError(f"{directory}: {file.name} and {files[0].name} do not give the same inputs ({differ!r} is in one only)")
+    return {name: Given(loaded[0][name].value, loaded[0][name].origin,
+                        tuple((sample[name].value, sample[name].origin) for sample in loaded[1:])) for name in sorted(names)}
 
 
 _FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),

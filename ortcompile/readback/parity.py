@@ -20,6 +20,7 @@ from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, Verific
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.given import Given
+from ortcompile.readback.nextsteps import next_steps
 
 # Load errors whose cause we know, and what to do about it.
 _LIKELY_CAUSES = (
@@ -38,10 +39,11 @@ class ParityRequest:
     mode: str  # "load" or "run"
     criterion: Criterion | None = None  # how outputs are judged (None with mode "load")
     dims: dict[str, int] = field(default_factory=dict)  # symbolic dim -> value (named ones are ORT free-dim overrides)
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = (0,)  # the seeded input sets; edge sets (inputsets.py) follow them unless `edges` is off
     given: dict[str, Given] = field(default_factory=dict)  # the user's inputs; the rest is generated
     time_source_on_ep: bool = False  # also load the source on the EP, to compare load times
     lean: bool = False  # the pre-publish check: no weight prepacking (a session then maps the weights, copies none)
+    edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, zero ids)
 
     @property
     def config(self) -> dict[str, str]:
@@ -62,10 +64,15 @@ class ParityReport:
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
     placement_nodes: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # EP -> [{name, op_type, domain}]
     criterion: dict[str, Any] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "outputs": [OutputComparison.to_json()]}
+    runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "set": name, "outputs": [OutputComparison.to_json()]}
     dims: dict[str, int] = field(default_factory=dict)  # every symbolic dim's value in the runs
     guessed: dict[str, int] = field(default_factory=dict)  # of those, the ones nobody gave
     notes: list[str] = field(default_factory=list)  # how inputs were chosen
+    sets: list[str] = field(default_factory=list)  # the input sets judged, in order ("seed 0", "silence", "sample a.npz")
+    warning: str = ""  # compared less than asked: random ops nobody can remove (see randomops.py)
+    failed_set: str = ""  # the input set of the first failing output
+    failed_output: str = ""
+    seeds_of_sets: list[int] = field(default_factory=list)
 
     def failure(self) -> str:
         return f"{self.error}; {self.hint}" if self.hint else self.error
@@ -85,6 +92,8 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
             if request.time_source_on_ep and ep.name != CPU_EP:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
             _compare_with_source(request, feeds, outputs, report)
+            if not report.ok and report.failed_output and request.criterion is not None:
+                report.hint = next_steps(request.criterion.purpose)
     except (InvalidModel, UsageError):
         raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:
@@ -135,14 +144,14 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
 
 
 def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[dict[str, Any]]:
-    from ortcompile.readback.feeds import make_feeds, specs_from_session
-    from ortcompile.readback.hints import read_hints
+    from ortcompile.readback.feeds import specs_from_session
+    from ortcompile.readback.setfeeds import set_feeds
 
-    specs, hints = specs_from_session(session), read_hints(request.source)
-    runs = [make_feeds(specs, seed=seed, dims=request.dims, given=request.given, hints=hints) for seed in request.seeds]
-    report.dims, report.guessed = dict(runs[0].dims), dict(runs[0].guessed)
-    report.notes = list(runs[0].notes)  # make_feeds already notes the guessed dims
-    return [run.arrays for run in runs]
+    chosen = set_feeds(request.source, specs_from_session(session), request.seeds, request.dims, request.given, request.edges)
+    report.dims, report.guessed, report.notes = chosen.dims, chosen.guessed, chosen.notes
+    report.sets, report.warning = [s.name for s in chosen.sets], chosen.unverifiable
+    report.seeds_of_sets = [s.seed for s in chosen.sets]
+    return chosen.arrays
 
 
 def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
@@ -156,22 +165,31 @@ def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
 
 
 def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport) -> None:
-    from ortcompile.readback.compare import compare_output
+    from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
 
     assert request.criterion is not None
     expected, report.seconds["source_on_cpu"] = reference_outputs(request.source, feeds, request.dims, request.config)
     report.criterion = request.criterion.to_json()
-    for seed, got, want in zip(request.seeds, outputs, expected):
+    if report.warning:  # random draws nobody can remove: the runs prove it runs; outputs cannot be compared
+        return
+    dynamic = data_dependent_outputs(request.source)
+    for name_of_set, seed, got, want in zip(report.sets, report.seeds_of_sets, outputs, expected):
         if set(got) != set(want):  # a compiled model that computes fewer (or other) things is not the same model
             report.ok = False
             report.error = f"the compiled model has outputs {sorted(got)} but the source has {sorted(want)}"
             return
-        comparisons = [compare_output(name, got[name], want[name], request.criterion) for name in want]
-        report.runs.append({"seed": seed, "outputs": [c.to_json() for c in comparisons]})
+        comparisons = [compare_shaped(name, got[name], want[name], request.criterion, name in dynamic) for name in want]
+        report.runs.append({"seed": seed, "set": name_of_set, "outputs": [c.to_json() for c in comparisons]})
         bad = next((c for c in comparisons if not c.ok), None)
         if bad is not None and report.ok:
             report.ok = False
-            report.error = f"output {bad.name!r} differs from the source on the CPU EP (seed {seed}): {bad.reason}"
+            report.failed_set, report.failed_output = name_of_set, bad.name
+            report.error = f"output {bad.name!r} differs from the source on the CPU EP {set_label(name_of_set)}: {bad.reason}"
+
+
+def set_label(name: str) -> str:
+    """How a message names an input set: "(seed 0)", "(input set 'silence')"."""
+    return f"({name})" if name.startswith("seed ") else f"(input set {name!r})"
 
 
 def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str, int], config: dict[str, str]) -> tuple[list[dict[str, Any]], float]:

@@ -53,7 +53,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return self.integrity_ok and self.parity is not None and self.parity.ok and bool(self.parity.runs)
+        return self.integrity_ok and self.parity is not None and self.parity.ok and bool(self.parity.runs or self.parity.warning)
 
     @property
     def runs(self) -> list[dict[str, Any]]:
@@ -93,6 +93,8 @@ class VerifyReport:
             "session_seconds": {k: round(v, 3) for k, v in seconds.items() if k in ("compiled", "source_on_ep", "source_on_cpu")},
             "load_speedup": speedup,
             "runs": self.runs,
+            "input_sets": self.parity.sets if self.parity else [],
+            "warning": self.parity.warning if self.parity else "",  # outputs not compared (random ops), said why
             "failure": "" if self.ok else self.failure(),
         }
 
