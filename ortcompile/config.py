@@ -301,7 +301,8 @@ def builtin_values() -> dict[str, Any]:
             "inline_threshold": options.layout.inline_threshold, "align": options.layout.align,
             "align_threshold": options.layout.align_threshold, "shard_size": options.layout.shard_size, "embed": options.embed,
             "fix_dims": {}, "fix_shapes": {}, "freeze": {}, "prepare": options.prepare, "partition": None,
-            "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled}
+            "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled,
+            "cpu_nodes": options.cpu_nodes, "fallback": options.fallback}
 
 
 def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
@@ -391,5 +392,7 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
         max_context_size=values["max_context_size"],
         check=values["check_mode"],
         require_compiled=values["require_compiled"],
+        cpu_nodes=tuple(values.get("cpu_nodes") or ()),
+        fallback=values.get("fallback") or "off",
         **rest,
     )

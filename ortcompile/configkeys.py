@@ -116,6 +116,14 @@ def _table(check: Check) -> Check:
     return check_table
 
 
+def _patterns(value: Any, where: str, base: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise bad_value(where, f"expected a list of node names, op:TYPE or globs, not {value!r}")
+    return tuple(value)
+
+
 # TOML key -> (the command's parameter name, its check). The keys are the command-line flags without dashes.
 KEYS: dict[str, tuple[str, Check]] = {
     "ep": ("ep", _text),
@@ -135,6 +143,8 @@ KEYS: dict[str, tuple[str, Check]] = {
     "max-context-size": ("max_context_size", _positive_size),
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
+    "cpu-nodes": ("cpu_nodes", _patterns),
+    "fallback": ("fallback", _choice("off", "auto")),
 }
 
 

@@ -152,9 +152,11 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
         detail = "\n".join(report.notes) or None
-        if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code:  # the very verdict --verify gives
-            raise VerificationFailed(f"not published: {report.failure()}", detail=detail)
-        raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail)
+        failed = (VerificationFailed(f"not published: {report.failure()}", detail=detail)  # the very verdict --verify gives
+                  if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code
+                  else CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail))
+        failed.parity_report = report  # type: ignore[attr-defined]  # fallback.py localizes the divergence from it
+        raise failed
     reporter.detail(check.describe_ok(report))
     return CheckOutcome(check.record(report, bool(given)), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
 
