@@ -125,3 +125,24 @@ def test_bad_fallback_in_the_config_names_the_key(frontend: tuple[Path, Path], t
     config.write_text('fallback = "sometimes"\n')
     result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--config", config)
     assert result.returncode == 2 and "fallback" in result.stderr
+
+
+def test_a_user_pin_too_narrow_is_widened_over_rounds(frontend: tuple[Path, Path], tmp_path: Path) -> None:
+    """`--cpu-nodes log` alone makes it worse (the EP flushes the epsilon before the CPU's Log: -inf); --fallback auto
+    then moves what feeds the CPU node (Add), then the lint pattern's rest (Mul), and publishes a correct model."""
+    model, tones = frontend
+    out = tmp_path / "out"
+    result = run_cli("compile", model, "-o", out, "--ep", "qnn", "--input", f"x={tones}", "--cpu-nodes", "log", "--fallback", "auto", "-v")
+    assert result.returncode == 0, result.stderr
+    assert "(on the CPU EP already" not in result.stderr  # published: no refusal
+    assert "fallback: moving Add to the CPU EP" in result.stderr and "fallback: moving Mul to the CPU EP" in result.stderr
+    record = _manifest(out, "frontend")["cpu_nodes"]
+    assert [r["op_types"] for r in record["rounds"]] == [["Log"], ["Add", "Log"]]
+    assert record["op_types"] == ["Add", "Log", "Mul"] and record["requested"] == ["log"]
+    assert _published_snr(out / "frontend_ctx.onnx", model, [tones_over_silence(seed) for seed in (1, 2)]) >= FP16_SNR_DB
+
+
+def test_fallback_auto_needs_a_check_that_runs(frontend: tuple[Path, Path], tmp_path: Path) -> None:
+    model, _ = frontend
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--fallback", "auto", "--check", "load")
+    assert result.returncode == 2 and "--fallback auto" in result.stderr and "--check load" in result.stderr

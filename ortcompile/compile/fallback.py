@@ -27,7 +27,7 @@ from ortcompile.compile.cpunodes import CpuPins, cpu_placement, pinned_request, 
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import finish
 from ortcompile.eps.catalog import CPU_EP
-from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed
+from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
 from ortcompile.output.publish import Staging
 from ortcompile.readback.lint import Finding, lint_model
 
@@ -105,6 +105,8 @@ def start_state(job: CompileJob) -> FallbackState:
     require_supported(job.ep.name, options.ep_options, pins)
     if options.fallback == "auto":
         require_supported(job.ep.name, options.ep_options, ("auto",), "--fallback auto")
+        if options.check in ("none", "load"):
+            raise UsageError(f"--fallback auto moves the nodes the check finds diverging: it needs --check run or auto, not --check {options.check}")
     findings = lint_model(model) if ep_precision(job.ep, job.source) == "fp16" else []
     for finding in (f for f in findings if f.severity == "warning"):
         warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
@@ -193,13 +195,16 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
             more: CpuPins) -> CompilationFailed | VerificationFailed:
     """The check's error, with where the outputs start to differ and what to do next."""
     where = divergence.summary()
-    nodes = [r["node"] for r in divergence.first] or list(more.nodes)
+    nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r["node"] for r in divergence.first]
+    if divergence.first and all(r["ep"] == CPU_EP for r in divergence.first):
+        where += " (on the CPU EP already: what it reads comes wrong from the EP)"
     if job.options.fallback == "auto":
         tried = ", ".join(state.pins.op_types) or "nothing"
         step = (f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move; "
                 "give realistic inputs (--inputs) or --check load to publish anyway")
     elif nodes:
-        step = f"pass --fallback auto to move it to the CPU EP, or --cpu-nodes {nodes[0]}; -v shows every node"
+        pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
+        step = f"pass --fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}; -v shows every node"
     else:
         step = "pass --fallback auto to try moving the fp16-fragile nodes to the CPU EP; -v shows every node"
     error = type(exc)(f"{exc.message}; {where}; {step}", detail=exc.detail)

@@ -25,6 +25,7 @@ FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
 LARGE_EXPONENT = 3.0  # x**3 overflows fp16 above |x| = 40 and underflows below |x| = 4e-3 (HTP flushes subnormals)
 MANY_ELEMENTS = 1024  # a sum of that many squares of values ~8 passes 65504
+MAX_CONSTANT_BYTES = 16 << 20  # constants decoded at most (masks of a 2048-token attention: 16 MiB)
 _GUARDED = {"Log", "Sqrt", "Reciprocal", "Div", "Pow", "Rsqrt"}  # ops an epsilon protects from 0 / overflow
 _PASS_THROUGH = {"Identity", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Transpose", "Flatten", "Expand"}
 _REDUCE_MEANS = {"ReduceMean", "ReduceSum", "GlobalAveragePool", "AveragePool", "GlobalLpPool"}
@@ -70,15 +71,22 @@ class _Graph:
                 if value is not None:
                     self.constants[n.output[0]] = value
         self.shapes = _shapes(model)
+        self._values: dict[str, Any] = {}
 
     def constant(self, name: str) -> Any:
-        """The numpy value of a constant input (None when it is computed or stored outside the graph proto)."""
+        """The numpy value of a constant input (None when it is computed, stored outside the graph proto, or larger
+        than MAX_CONSTANT_BYTES: weights inline in a big model are not decoded for a lint)."""
         from onnx import numpy_helper
 
+        if name in self._values:
+            return self._values[name]
         tensor = self.constants.get(name)
         if tensor is None and name in self.producer and self.producer[name].op_type in _PASS_THROUGH:
-            return self.constant(self.producer[name].input[0])
-        return None if tensor is None else numpy_helper.to_array(tensor)
+            value = self.constant(self.producer[name].input[0])
+        else:
+            value = None if tensor is None or tensor.ByteSize() > MAX_CONSTANT_BYTES else numpy_helper.to_array(tensor)
+        self._values[name] = value
+        return value
 
     def scalar(self, name: str) -> float | None:
         value = self.constant(name)
