@@ -108,8 +108,11 @@ def start_state(job: CompileJob) -> FallbackState:
         if options.check in ("none", "load"):
             raise UsageError(f"--fallback auto moves the nodes the check finds diverging: it needs --check run or auto, not --check {options.check}")
     findings = lint_model(model) if ep_precision(job.ep, job.source) == "fp16" else []
-    for finding in (f for f in findings if f.severity == "warning"):
-        warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
+    for finding in findings:
+        if finding.severity == "warning":
+            warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
+        else:
+            job.reporter.detail(f"fp16 lint: {finding.describe()}")
     return FallbackState(pins, findings)
 
 

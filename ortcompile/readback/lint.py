@@ -11,7 +11,9 @@ ortcompile wrong or refused on the HTP simulator (issue 21): `Log(x² + 1e-10)` 
 (`Pow(x, 3)` -> mean -> `Pow(1/3)`), reductions of squares, unguarded `Exp`, -1e9 / float-min attention masks.
 
 Findings are the fallback's first candidates for the CPU EP (compile/fallback.py); `ortcompile inspect --lint`
-lists them, and a compile for an fp16 EP warns about the `warning` ones before it starts.
+lists them, and a compile for an fp16 EP warns about the `warning` ones before it starts (the notes under -v): only
+the patterns measured to break outputs warn, the others depend on the values (a 1e30 divisor of a Mod the EP
+does not take at all is no problem).
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ class Finding:
     node: str  # the node's name (its first output when it has none)
     op_type: str
     message: str
-    severity: str = "warning"  # "warning": shown before an fp16 compile; "note": inspect --lint only
+    # "warning": patterns measured to make an fp16 EP's outputs wrong (tiny-epsilon, gem-pooling), shown before an fp16
+    # compile; "note": patterns that can (inf, overflow), depending on the values: `compile -v` and `inspect --lint`
+    severity: str = "warning"
     nodes: tuple[str, ...] = ()  # every node of the pattern (the fallback moves them together), `node` first
 
     def describe(self) -> str:
@@ -190,7 +194,7 @@ def _pow(graph: _Graph, node: Any) -> Iterable[Finding]:
                               nodes=(node_label(node), node_label(reduce), node_label(root)))
                 return
     yield Finding("large-exponent", node_label(node), "Pow",
-                  f"Pow with exponent {exponent:g}: overflows fp16 above |x| = {FP16_MAX ** (1 / abs(exponent)):.3g}")
+                  f"Pow with exponent {exponent:g}: overflows fp16 above |x| = {FP16_MAX ** (1 / abs(exponent)):.3g}", severity="note")
 
 
 def _close(value: float | None, target: float) -> bool:
@@ -205,7 +209,7 @@ def _unguarded_exp(graph: _Graph, node: Any) -> Iterable[Finding]:
     if source is not None and (source.op_type in ("Clip", "Min", "Neg", "LogSoftmax", "Softplus", "Relu")
                                or (source.op_type == "Sub" and any(getattr(graph.source(i), "op_type", "") == "ReduceMax" for i in source.input))):
         return
-    yield Finding("unguarded-exp", node_label(node), "Exp", "Exp of an unbounded input: overflows fp16 (inf) above 11.09")
+    yield Finding("unguarded-exp", node_label(node), "Exp", "Exp of an unbounded input: overflows fp16 (inf) above 11.09", severity="note")
 
 
 def _unguarded_log(graph: _Graph, node: Any) -> Iterable[Finding]:
@@ -241,7 +245,7 @@ def _sum_of_squares(graph: _Graph, node: Any) -> Iterable[Finding]:
     over = f"{count} elements" if count is not None else "an unknown number of elements"
     yield Finding("sum-of-squares", node_label(node), node.op_type,
                   f"sum of squares over {over}: passes fp16's 65504 once the values reach ~{math.sqrt(FP16_MAX / (count or MANY_ELEMENTS)):.2g}",
-                  nodes=tuple(dict.fromkeys((node_label(node), node_label(squared)))))
+                  nodes=tuple(dict.fromkeys((node_label(node), node_label(squared)))), severity="note")
 
 
 def _reduced_count(graph: _Graph, node: Any) -> int | None:
@@ -266,7 +270,7 @@ def _overflowing_constant(graph: _Graph, node: Any) -> Iterable[Finding]:
         if finite.size and float(abs(finite).max()) > FP16_MAX:
             worst = float(finite.reshape(-1)[abs(finite).reshape(-1).argmax()])
             yield Finding("fp16-overflow-constant", node_label(node), node.op_type,
-                          f"constant {name!r} holds {worst:.3g}, beyond fp16's ±65504 (becomes ±inf)")
+                          f"constant {name!r} holds {worst:.3g}, beyond fp16's ±65504 (becomes ±inf)", severity="note")
             return
 
 
