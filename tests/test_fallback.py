@@ -50,7 +50,7 @@ def gem(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def test_refused_by_default_naming_the_node_and_the_next_step(frontend: tuple[Path, Path], tmp_path: Path) -> None:
     model, tones = frontend
-    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--input", f"x={tones}")
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--input", f"x={tones}", "-v")
     assert result.returncode == 1, result.stderr
     error = next(line for line in result.stderr.splitlines() if line.startswith("ortcompile: error:"))
     assert "not published" in error and "first diverging node: 'log' (Log on QNN" in error
@@ -58,6 +58,20 @@ def test_refused_by_default_naming_the_node_and_the_next_step(frontend: tuple[Pa
     # the fp16 lint warned before the compile, naming the node
     assert "warning: frontend.onnx: fp16: log (Log)" in result.stderr and "[tiny-epsilon]" in result.stderr
     assert not (tmp_path / "out" / "frontend_ctx.onnx").exists()
+    # -v: the node-by-node table
+    assert "  DIFF log (Log, QNN): SNR" in result.stderr and "  ok   square (Mul, QNN)" in result.stderr
+
+
+def test_refusal_json_carries_the_divergence_table(frontend: tuple[Path, Path], tmp_path: Path) -> None:
+    model, tones = frontend
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--input", f"x={tones}", "--json")
+    assert result.returncode == 1
+    error = json.loads(result.stdout)["error"]
+    assert "first diverging node: 'log'" in error["message"]
+    table = error["fallback"]["divergence"][0]
+    assert [r["node"] for r in table["first"]] == ["log"]
+    assert {r["node"]: r["ok"] for r in table["rows"]}["square"] is True and {r["node"]: r["ok"] for r in table["rows"]}["log"] is False
+    assert error["fallback"]["worst_snr_db_before"] < FP16_SNR_DB
 
 
 def test_quiet_hides_the_lint_warning(frontend: tuple[Path, Path], tmp_path: Path) -> None:

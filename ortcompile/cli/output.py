@@ -59,7 +59,7 @@ class Output:
         if not self.quiet:
             click.echo(f"ortcompile: warning: {message}", err=True)
 
-    def error(self, message: str, code: int, detail: str | None = None, kind: str = "error") -> int:
+    def error(self, message: str, code: int, detail: str | None = None, kind: str = "error", extra: dict[str, Any] | None = None) -> int:
         """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code."""
         if self.debug:
             traceback.print_exc()
@@ -67,7 +67,7 @@ class Output:
         if detail and (self.verbose or self.debug):
             click.echo(detail.rstrip(), err=True)
         if self.as_json and not self.printed_json:
-            self.json({"error": {"message": _one_line(message), "exit_code": code, "kind": kind}})
+            self.json({"error": {"message": _one_line(message), "exit_code": code, "kind": kind, **(extra or {})}})
         return code
 
 
@@ -99,7 +99,7 @@ def output_options(func: Any) -> Any:
 def report_exception(exc: BaseException, out: Output) -> int:
     """Every exception that ends a command, as one line and an exit code (the only such mapping)."""
     if isinstance(exc, OrtCompileError):
-        return out.error(exc.message, exc.exit_code, exc.detail)
+        return out.error(exc.message, exc.exit_code, exc.detail, extra=getattr(exc, "json_detail", None))  # e.g. a refusal's divergence table
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
     if isinstance(exc, click.UsageError):

@@ -211,7 +211,7 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     else:
         step = "pass --fallback auto to try moving the fp16-fragile nodes to the CPU EP; -v shows every node"
     error = type(exc)(f"{exc.message}; {where}; {step}", detail=exc.detail)
-    error.fallback = state  # type: ignore[attr-defined]
+    error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error
 
 
