@@ -54,6 +54,12 @@ def test_epsilon_fp16_can_hold_and_divisor_only_rules() -> None:
     divisor = _model([helper.make_node("Add", ["x", "eps"], ["s"], name="add"), helper.make_node("Div", ["x", "s"], ["y"], name="div")],
                      [_const("eps", 1e-8)])
     assert list(_found(divisor)) == ["tiny-epsilon:div"]
+    variance = _model([helper.make_node("Mul", ["x", "x"], ["sq"], name="sq"),
+                       helper.make_node("ReduceMean", ["sq"], ["var"], name="var", keepdims=1),
+                       helper.make_node("Add", ["var", "eps"], ["s"], name="add"), helper.make_node("Sqrt", ["s"], ["y"], name="std")],
+                      [_const("eps", 1e-5)], shape=[1, 64])
+    # a LayerNorm's var + 1e-5: a note, not a warning (PP-OCRv4's are right on the HTP)
+    assert [(f.rule, f.node, f.severity) for f in lint_model(variance)] == [("tiny-epsilon", "std", "note")]
 
 
 def test_unguarded_exp_large_exponent_sum_of_squares_and_overflowing_constant() -> None:

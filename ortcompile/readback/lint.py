@@ -144,11 +144,15 @@ def _tiny_epsilon(graph: _Graph, node: Any) -> Iterable[Finding]:
         eps = graph.scalar(name) if name else None
         if eps is None or not 0 < abs(eps) < FP16_MIN_NORMAL:
             continue
+        # eps + a mean over many elements (a variance: LayerNorm, RMSNorm) is rarely near 0; eps + an element (x*x of
+        # silence) often is. Measured: PP-OCRv4's Sqrt(var + 1e-5) LayerNorms are right on the HTP; Log(x*x + 1e-10) is not.
+        reduced = any(getattr(graph.source(i), "op_type", "").startswith("Reduce") for i in node.input if i != name)
         for user in graph.users(node.output[0]):
             if user.op_type in _GUARDED and _guards(graph, user, node.output[0]):
                 yield Finding("tiny-epsilon", node_label(user), user.op_type,
                               f"{user.op_type} of ({node.op_type} {eps:.3g}): {eps:.3g} is below fp16's smallest normal {FP16_MIN_NORMAL:.2g} "
-                              f"(flushed to 0 on an fp16 EP: the guard is gone)", nodes=_chain(graph, node, user))
+                              f"(flushed to 0 on an fp16 EP: the guard is gone{' where the mean is 0' if reduced else ''})",
+                              severity="note" if reduced else "warning", nodes=_chain(graph, node, user))
 
 
 def _guards(graph: _Graph, user: Any, name: str) -> bool:
