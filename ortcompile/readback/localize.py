@@ -10,6 +10,7 @@ outputs fails while every tensor it reads passes (or is an input or a constant).
 from __future__ import annotations
 
 import gc
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from ortcompile.readback.lint import node_label
 
 DIAGNOSTIC_SUFFIX = ".diagnostic.onnx"
 _FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16
+EXPOSED_BYTES = 1 << 30  # intermediates kept as outputs at most (each session holds them all at once, 2x with both)
 INTERMEDIATE_SNR_DB = 40.0  # tolerance criteria (fp32 EPs) name no SNR: an fp32 EP's intermediates sit far above this
 
 
@@ -143,7 +145,7 @@ def _expose_intermediates(model: Any) -> dict[str, str]:
     except Exception:
         types = {}
     outputs = {o.name for o in model.graph.output}
-    producers = {}
+    producers, exposed = {}, 0
     for node in model.graph.node:
         for tensor in node.output:
             if not tensor:
@@ -152,9 +154,18 @@ def _expose_intermediates(model: Any) -> dict[str, str]:
             info = types.get(tensor)
             if tensor in outputs or info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
                 continue
+            exposed += _nbytes(info)
+            if exposed > EXPOSED_BYTES:  # the first divergence is what is looked for: the earliest tensors are kept
+                continue
             model.graph.output.append(helper.make_value_info(tensor, info.type))
             outputs.add(tensor)
     return producers
+
+
+def _nbytes(info: Any) -> int:
+    """An intermediate's size from its inferred shape (unknown dims count as 1024: a guess on the large side)."""
+    dims = [d.dim_value if d.HasField("dim_value") else 1024 for d in info.type.tensor_type.shape.dim]
+    return 4 * math.prod(dims)
 
 
 def _inputs_of(model: Any, tensor: str) -> list[str]:
