@@ -160,3 +160,23 @@ def test_fallback_auto_needs_a_check_that_runs(frontend: tuple[Path, Path], tmp_
     model, _ = frontend
     result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--fallback", "auto", "--check", "load")
     assert result.returncode == 2 and "--fallback auto" in result.stderr and "--check load" in result.stderr
+
+
+def test_cpu_nodes_with_partition_is_refused_before_any_work(frontend: tuple[Path, Path], tmp_path: Path) -> None:
+    model, _ = frontend
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--cpu-nodes", "log", "--partition", "auto")
+    assert result.returncode == 2 and "--partition" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_api_fallback_auto_result(gem: tuple[Path, Path], tmp_path: Path) -> None:
+    from ortcompile import CompileOptions, compile_model
+    from ortcompile.errors import OrtCompileWarning
+    from ortcompile.readback.given import Given
+
+    model, images = gem
+    with pytest.warns(OrtCompileWarning, match=r"gem_pow \(Pow\): GeM pooling"):  # the lint, before the compile
+        result = compile_model(model, tmp_path / "out", CompileOptions(ep="qnn", fallback="auto", inputs={"x": Given(np.load(images))}))
+    assert result.fallback is not None and result.fallback["op_types"] == ["Pow", "ReduceMean"]
+    assert result.fallback["summary"].startswith("moved to the CPU EP: Pow, ReduceMean (--fallback auto, 1 round)")
+    assert result.fallback["divergence"][0]["first"][0]["node"] == "gem_pow"
