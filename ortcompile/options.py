@@ -64,6 +64,7 @@ class CompileOptions:
     output_name: str | None = None  # -o DIR/FILE.onnx: the compiled model's file name (None: `<stem>_ctx.onnx`)
     compatibility: bool = False  # ask ONNX Runtime whether the output fits the devices here (a child process, ~0.3 s; --json)
     cpu_nodes: tuple[str, ...] = ()  # --cpu-nodes: node names, op:TYPE or globs kept off the EP, on the CPU EP (compile/cpunodes.py)
+    lint: bool = True  # fp16 lint before an fp16 EP's compile (off for the parts of --partition: the whole model was linted)
     fallback: str = "off"  # --fallback auto: move the nodes the check finds diverging to the CPU EP and retry (compile/fallback.py)
 
     def __post_init__(self) -> None:

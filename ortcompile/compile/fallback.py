@@ -98,7 +98,8 @@ def start_state(job: CompileJob) -> FallbackState:
     from ortcompile.compile.job import ep_precision  # job.py imports this module: a top-level import would be a cycle
 
     options = job.options
-    if not (options.cpu_nodes or options.fallback == "auto" or ep_precision(job.ep, job.source) == "fp16"):
+    fp16 = options.lint and ep_precision(job.ep, job.source) == "fp16"
+    if not (options.cpu_nodes or options.fallback == "auto" or fp16):
         return FallbackState(CpuPins())
     model = onnx.load_model(str(job.source.path), load_external_data=False)
     pins = resolve_cpu_nodes(model, options.cpu_nodes, job.source.path.name) if options.cpu_nodes else CpuPins()
@@ -107,7 +108,7 @@ def start_state(job: CompileJob) -> FallbackState:
         require_supported(job.ep.name, options.ep_options, ("auto",), "--fallback auto")
         if options.check in ("none", "load"):
             raise UsageError(f"--fallback auto moves the nodes the check finds diverging: it needs --check run or auto, not --check {options.check}")
-    findings = lint_model(model) if ep_precision(job.ep, job.source) == "fp16" else []
+    findings = lint_model(model) if fp16 else []
     for finding in findings:
         if finding.severity == "warning":
             warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
