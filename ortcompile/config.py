@@ -302,7 +302,7 @@ def builtin_values() -> dict[str, Any]:
             "align_threshold": options.layout.align_threshold, "shard_size": options.layout.shard_size, "embed": options.embed,
             "fix_dims": {}, "fix_shapes": {}, "freeze": {}, "prepare": options.prepare, "partition": None,
             "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled,
-            "inputs_path": None}
+            "inputs_path": None, "cpu_nodes": options.cpu_nodes, "fallback": options.fallback}
 
 
 def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
@@ -392,6 +392,8 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
         max_context_size=values["max_context_size"],
         check=values["check_mode"],
         require_compiled=values["require_compiled"],
+        cpu_nodes=tuple(values.get("cpu_nodes") or ()),
+        fallback=values.get("fallback") or "off",
         **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})},
     )
 

@@ -116,6 +116,14 @@ def _table(check: Check) -> Check:
     return check_table
 
 
+def _patterns(value: Any, where: str, base: Path) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise bad_value(where, f"expected a list of node names, op:TYPE or globs, not {value!r}")
+    return tuple(value)
+
+
 # TOML key -> (the command's parameter name, its check). The keys are the command-line flags without dashes.
 KEYS: dict[str, tuple[str, Check]] = {
     "ep": ("ep", _text),
@@ -136,6 +144,8 @@ KEYS: dict[str, tuple[str, Check]] = {
     "check": ("check_mode", _choice("auto", "none", "load", "run")),
     "require-compiled": ("require_compiled", _bool),
     "inputs": ("inputs_path", _path),  # the check's (and --verify's) inputs: an .npz file or a directory of samples
+    "cpu-nodes": ("cpu_nodes", _patterns),
+    "fallback": ("fallback", _choice("off", "auto")),
 }
 
 

@@ -64,6 +64,9 @@ class CompileOptions:
     output_name: str | None = None  # -o DIR/FILE.onnx: the compiled model's file name (None: `<stem>_ctx.onnx`)
     require_full: bool = False  # a fragmented EP graph (CPU nodes between EPContext nodes) is an error, not a warning
     compatibility: bool = False  # ask ONNX Runtime whether the output fits the devices here (a child process, ~0.3 s; --json)
+    cpu_nodes: tuple[str, ...] = ()  # --cpu-nodes: node names, op:TYPE or globs kept off the EP, on the CPU EP (compile/cpunodes.py)
+    lint: bool = True  # fp16 lint before an fp16 EP's compile (off for the parts of --partition: the whole model was linted)
+    fallback: str = "off"  # --fallback auto: move the nodes the check finds diverging to the CPU EP and retry (compile/fallback.py)
 
     def __post_init__(self) -> None:
         from ortcompile.errors import UsageError
@@ -72,6 +75,10 @@ class CompileOptions:
             raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}, auto")
         # --max-context-size 0 was the default (1 GiB) in disguise, while --partition 0 was refused: both are refused
         _require_positive(self.max_context_size, "max_context_size (--max-context-size)")
+        if self.fallback not in ("off", "auto"):
+            raise UsageError(f"fallback {self.fallback!r}: expected off or auto")
+        if (self.cpu_nodes or self.fallback == "auto") and (self.partition is not None or self.share_weights):
+            raise UsageError("--cpu-nodes/--fallback auto do not work with --partition or --share-weights yet; compile the model on its own")
         if self.ep_library and _names_cpu_ep(self.ep):
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
@@ -91,6 +98,8 @@ class CompileOptions:
             **({"freeze": dict(sorted(self.freeze.items()))} if self.freeze else {}),
             **({"partition": {"budget": self.partition.budget, "max_context_size": self.max_context_size}} if self.partition else {}),
             **({"target": self.target} if self.target else {}),
+            **({"cpu_nodes": list(self.cpu_nodes)} if self.cpu_nodes else {}),
+            **({"fallback": self.fallback} if self.fallback != "off" else {}),
         }  # verify and check settings are left out: they do not change a byte of the output
 
 
@@ -132,6 +141,7 @@ class CompileResult:
     compiled_ops: dict[str, int] = field(default_factory=dict)  # op type -> source nodes now inside EPContext nodes (the manifest's)
     target: dict[str, Any] | None = None  # what the EP compiled for (the manifest's target record)
     compatibility: dict[str, Any] | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
+    fallback: dict[str, Any] | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
 
     @classmethod
     def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
@@ -186,5 +196,6 @@ class CompileResult:
             "target": self.target,
             "compatibility": self.compatibility,
             "parts": self.parts,
+            "fallback": self.fallback,
             "up_to_date": self.up_to_date,
         }

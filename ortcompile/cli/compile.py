@@ -96,5 +96,6 @@ def summary_line(result: CompileResult) -> str:
     total = sum(f["size"] for f in result.files)
     verified = "; verified against the source" if "verify" in result.timings else ""
     on_cpu = f", {plural(result.cpu_nodes, 'node')} on CPU" if result.cpu_nodes else ""
+    fallback = f"; {result.fallback['summary']}" if result.fallback else ""
     return (f"{result.model_path}: {plural(result.epcontext_nodes, 'EPContext node')}, {plural(len(result.files), 'file')}, "
-            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile{on_cpu} ({result.ep}){verified}")
+            f"{human_size(total)}, {result.timings.get('compile', 0):.1f}s compile{on_cpu} ({result.ep}){verified}{fallback}")

@@ -59,16 +59,17 @@ class Output:
         """Always shown, -q too: -q hides progress, never what the user may need to act on."""
         click.echo(f"ortcompile: warning: {message}", err=True)
 
-    def error(self, message: str, code: int, detail: str | None = None, kind: str = "OrtCompileError", prefix: str = "error: ") -> int:
+    def error(self, message: str, code: int, detail: str | None = None, kind: str = "OrtCompileError", prefix: str = "error: ",
+              extra: dict[str, Any] | None = None) -> int:
         """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code.
-        `kind`: the error's class name, for scripts reading the JSON."""
+        `kind`: the error's class name, for scripts reading the JSON; `extra`: more JSON (a refusal's divergence table)."""
         if self.debug:
             traceback.print_exc()
         click.echo(f"ortcompile: {prefix}{_one_line(message)}", err=True)
         if detail and (self.verbose or self.debug):
             click.echo(detail.rstrip(), err=True)
         if self.as_json and not self.printed_json:
-            self.json({"error": {"message": _one_line(message), "exit_code": code, "kind": kind}})
+            self.json({"error": {"message": _one_line(message), "exit_code": code, "kind": kind, **(extra or {})}})
         return code
 
 
@@ -100,7 +101,7 @@ def output_options(func: Any) -> Any:
 def report_exception(exc: BaseException, out: Output) -> int:
     """Every exception that ends a command, as one line and an exit code (the only such mapping)."""
     if isinstance(exc, OrtCompileError):
-        return out.error(exc.message, exc.exit_code, exc.detail, kind=type(exc).__name__)
+        return out.error(exc.message, exc.exit_code, exc.detail, kind=type(exc).__name__, extra=getattr(exc, "json_detail", None))
     if isinstance(exc, click.exceptions.Exit):
         return exc.exit_code
     if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # bare `ortcompile`: the usage and help, as click prints it

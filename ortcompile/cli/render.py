@@ -119,7 +119,9 @@ def compile_placement(result: dict[str, Any]) -> list[str]:
         from ortcompile.eps.catalog import short_name_for
 
         why = f"ortcompile inspect {shlex.quote(result['source'])} --placement --ep {short_name_for(result['ep'])}"
-        lines.append(f"{name}: {result['ep']} refused {_ops(result['remaining_ops'])}; they run on the CPU EP ('{why}' shows its reasons)")
+        pinned = (result.get("fallback") or {}).get("op_types")
+        reason = f"kept off it: {', '.join(pinned)} (--cpu-nodes/--fallback); '{why}' shows the rest's reasons" if pinned else f"'{why}' shows its reasons"
+        lines.append(f"{name}: {result['ep']} refused {_ops(result['remaining_ops'])}; they run on the CPU EP ({reason})")
     return lines
 
 

@@ -40,6 +40,11 @@ _SHAPING = [
                  help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source "
                       "(auto: run up to 1 GiB of weights, else load)."),
     click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs]."),
+    click.option("--cpu-nodes", "cpu_nodes", multiple=True, metavar="PATTERN",
+                 help="Keep these nodes off the EP, on the CPU EP: a node name, op:TYPE or a glob (repeatable; QNN: by op type)."),
+    click.option("--fallback", "fallback", type=click.Choice(["off", "auto"]), default="off", show_default=True,
+                 help="When the check finds outputs that differ: off refuses, naming the node; auto moves the diverging nodes to the "
+                      "CPU EP and compiles again (up to 3 rounds)."),
 ]
 CONFIG_ONLY = ("inputs_path",)  # keys whose option is not a shaping option (--inputs is the command's own)
 SHAPING_NAMES = tuple(name for name, _ in KEYS.values() if name not in CONFIG_ONLY)  # the options above, as the config file's keys name them
@@ -81,7 +86,7 @@ def command_line_values(shaping: dict[str, Any]) -> dict[str, Any]:
     from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
 
     values = {name: shaping[name] for name in SHAPING_NAMES}
-    values.update(ep_options=pairs(shaping["ep_options"]), fix_dims=parse_fix_dims(shaping["fix_dims"]),
+    values.update(cpu_nodes=tuple(shaping["cpu_nodes"]), ep_options=pairs(shaping["ep_options"]), fix_dims=parse_fix_dims(shaping["fix_dims"]),
                   fix_shapes=parse_fix_shapes(shaping["fix_shapes"]), freeze=parse_freeze(shaping["freeze"]))
     return values
 

@@ -152,9 +152,11 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
         detail = check.failure_detail(report)
-        if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code:  # the very verdict --verify gives
-            raise VerificationFailed(f"not published: {report.failure()}", detail=detail)
-        raise CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail)
+        failed = (VerificationFailed(f"not published: {report.failure()}", detail=detail)  # the very verdict --verify gives
+                  if verify_criterion is not None and report.exit_code == VerificationFailed.exit_code
+                  else CompilationFailed(f"{source.name}: not published: {report.failure()}", detail=detail))
+        failed.parity_report = report  # type: ignore[attr-defined]  # fallback.py localizes the divergence from it
+        raise failed
     if report.warning:
         warnings.warn(f"{source.name}: {report.warning}", OrtCompileWarning, stacklevel=2)
     reporter.detail(check.describe_ok(report))

@@ -24,6 +24,7 @@ from typing import Any
 
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
+from ortcompile.compile.fallback import FallbackState, run_rounds
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
 from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.graphpass import StagedNames
@@ -38,7 +39,7 @@ from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, CompileResult, ef
 from ortcompile.output.digest import InputDigest, digest_inputs_in_background
 from ortcompile.output.incremental import why_not_up_to_date
 from ortcompile.output.manifest import Manifest, file_entries
-from ortcompile.output.publish import Staging, remove_created_dirs
+from ortcompile.output.publish import remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.sizes import format_size
 
@@ -134,6 +135,7 @@ class CompileJob:
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)  # peak RSS by stage: compile, check
     check_report: dict[str, Any] | None = None  # the pre-publish check's full report, for the result
+    fallback: FallbackState | None = None  # --cpu-nodes / --fallback: what runs on the CPU EP and why (fallback.py)
 
     @classmethod
     def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
@@ -171,9 +173,7 @@ class CompileJob:
         workers.label = self.worker_label
         try:
             digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
-            with Staging(self.output_dir) as staging:
-                built = self.build(staging.path, workers)
-                return finish([built], staging, workers, [digest])[0]
+            return run_rounds(self, workers, digest)  # build -> finish, again with nodes moved off the EP (--fallback auto)
         except BaseException:
             remove_created_dirs(self.created_dirs)  # a failed run leaves no empty output directory behind
             raise
@@ -279,6 +279,7 @@ class CompileJob:
             prepare=prepare,
             check=check,
             target=self.ep.target_record(),
+            cpu_nodes=self.fallback.record(self.check_report) if self.fallback else None,
         )
 
     def verify(self, model: Path) -> None:
@@ -319,6 +320,7 @@ class CompileJob:
             compiled_ops=manifest.nodes.get("compiled_ops", {}),
             target=manifest.target,
             compatibility=compatibility,
+            fallback=self.fallback.to_result(self.check_report) if self.fallback else None,
         )
 
     def compatibility(self) -> dict[str, Any] | None:
@@ -391,6 +393,12 @@ class Workers:
         assert self._worker is not None
         self._worker.label = self.label
         return self._worker
+
+    def renew(self) -> None:
+        """Retire the worker: the next `get` starts a fresh one (a new compile gets a fresh EP state)."""
+        if self._worker is not None:
+            self._worker.__exit__(None, None, None)
+            self._worker = None
 
     def __enter__(self) -> Workers:
         return self

@@ -103,7 +103,7 @@ def part_options(options: CompileOptions) -> CompileOptions:
     on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
                                force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None, compatibility=False)
+                               output_name=None, compatibility=False, lint=False)
 
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,

@@ -71,6 +71,7 @@ class Manifest:
     check: dict[str, Any] | None = None  # what the pre-publish check proved (mode, result)
     target: dict[str, Any] | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
     parts: tuple[dict[str, Any], ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py)
+    cpu_nodes: dict[str, Any] | None = None  # --cpu-nodes / --fallback auto: what was kept off the EP and why (compile/fallback.py)
 
     # ---------------------------------------------------------------- reading
 
@@ -97,7 +98,7 @@ class Manifest:
             raise ManifestError("unreadable manifest (not a JSON object)")
         if document.get("format") != MANIFEST_FORMAT:
             raise ManifestError(f"unknown manifest format {str(document.get('format'))[:60]!r}")
-        for key in ("options", "nodes", "versions", "input", "initializers", "prepare", "check", "target"):
+        for key in ("options", "nodes", "versions", "input", "initializers", "prepare", "check", "target", "cpu_nodes"):
             if document.get(key) is not None and not isinstance(document[key], dict):
                 raise ManifestError(f"unreadable manifest ({key!r} must be an object)")
         model = document.get("model")
@@ -118,6 +119,7 @@ class Manifest:
             check=document.get("check"),
             target=document.get("target"),
             parts=tuple(_list(document["parts"], "parts")) if document.get("parts") is not None else None,
+            cpu_nodes=document.get("cpu_nodes"),
         )
 
     # ---------------------------------------------------------------- questions readers ask
@@ -164,6 +166,8 @@ class Manifest:
             document["target"] = self.target
         if self.parts is not None:
             document["parts"] = list(self.parts)
+        if self.cpu_nodes is not None:
+            document["cpu_nodes"] = self.cpu_nodes
         return document
 
     def to_bytes(self) -> bytes:

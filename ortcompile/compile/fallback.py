@@ -1,0 +1,228 @@
+"""When the NPU computes something else: say where, keep it off the NPU (`--fallback auto`), never publish it wrong.
+
+One compile is one round: build into a stage, then finish (check -> manifest -> publish). When the pre-publish check
+finds outputs outside its criterion, the divergence is localized (readback/localize.py) before the stage goes:
+
+- `--fallback off` (the default): nothing is published; the refusal names the first diverging node(s) and the next
+  step (`--fallback auto`, `--cpu-nodes NODE`). A model that computes something else is never the default outcome,
+  and nodes never leave the NPU unless the user said so (as `--allow-partial` is never assumed either).
+- `--fallback auto`: the diverging nodes move to the CPU EP (with the rest of the fp16 lint pattern they belong to,
+  and, for a node already on the CPU, the nodes feeding it: its inputs came wrong from the EP), then the model is
+  compiled and checked again, up to MAX_ROUNDS more times. What moved, how many nodes and partitions now run on the
+  CPU EP and the check's worst SNR before and after go into the summary and the manifest (`cpu_nodes`).
+
+The fp16 lint (readback/lint.py) runs first, for EPs computing in fp16: its warnings name nodes before the long
+compile, and are the first candidates when the divergence cannot be pinned on single nodes.
+"""
+
+from __future__ import annotations
+
+import warnings
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ortcompile.compile.cpunodes import CpuPins, cpu_placement, pinned_request, require_supported, resolve_cpu_nodes
+from ortcompile.compile.epstep import PREPARE_DIR
+from ortcompile.compile.finish import finish
+from ortcompile.eps.catalog import CPU_EP
+from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
+from ortcompile.output.publish import Staging
+from ortcompile.readback.lint import Finding, lint_model
+
+if TYPE_CHECKING:
+    from ortcompile.compile.job import CompileJob, Workers
+    from ortcompile.options import CompileResult
+    from ortcompile.output.digest import InputDigest
+    from ortcompile.readback.localize import Divergence
+
+MAX_ROUNDS = 3  # recompiles --fallback auto may add: each moves the nodes the last check found diverging
+FALLBACK_MODES = ("off", "auto")
+
+
+@dataclass
+class FallbackState:
+    """What the rounds of one compile found and did (the manifest's `cpu_nodes`, the result's `fallback`)."""
+
+    pins: CpuPins
+    findings: list[Finding] = field(default_factory=list)
+    rounds: list[dict[str, Any]] = field(default_factory=list)  # one per failed check: the pins, worst SNR, divergence
+    placement: dict[str, Any] = field(default_factory=dict)  # the published graph's CPU nodes and partitions
+
+    def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
+        """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
+        if not self.pins and not self.rounds:
+            return None
+        return {"requested": list(self.pins.patterns), "op_types": list(self.pins.op_types), "moved": list(self.pins.nodes),
+                "nodes": [n["name"] for n in self.placement.get("nodes", [])], "partitions": self.placement.get("partitions", 0),
+                "rounds": [{"op_types": r["op_types"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
+                "worst_snr_db_before": self.rounds[0]["worst_snr_db"] if self.rounds else None,
+                "worst_snr_db_after": worst_snr(check_report)}
+
+    def to_result(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
+        """For the result (--json): the record, its one-line summary and each round's node-by-node table."""
+        record = self.record(check_report)
+        if record is None:
+            return None
+        return {**record, "summary": self.summary(check_report), "divergence": [r["divergence"] for r in self.rounds]}
+
+    def summary(self, check_report: dict[str, Any] | None) -> str:
+        """One line for the summary: what runs on the CPU EP and why."""
+        record = self.record(check_report) or {}
+        if not record:
+            return ""
+        moved = f"moved to the CPU EP: {', '.join(self.pins.op_types)}"
+        nodes, partitions = len(record["nodes"]), record["partitions"]
+        counts = f"{nodes} node{'s' if nodes != 1 else ''} in {partitions} CPU partition{'s' if partitions != 1 else ''}"
+        if not self.rounds:
+            return f"{moved} (--cpu-nodes); {counts}"
+        before, after = record["worst_snr_db_before"], record["worst_snr_db_after"]
+        return (f"{moved} (--fallback auto, {len(self.rounds)} round{'s' if len(self.rounds) > 1 else ''}); {counts}; "
+                f"check worst SNR {_db(before)} -> {_db(after)}")
+
+
+def _db(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} dB"
+
+
+def worst_snr(report: dict[str, Any] | None) -> float | None:
+    snrs = [o["snr_db"] for o in (report or {}).get("outputs", []) if o.get("snr_db") is not None]
+    return round(min(snrs), 1) if snrs else None
+
+
+def start_state(job: CompileJob) -> FallbackState:
+    """Resolve --cpu-nodes against the source and lint it for fp16 EPs (warnings before the long compile)."""
+    import onnx
+
+    from ortcompile.compile.job import ep_precision  # job.py imports this module: a top-level import would be a cycle
+
+    options = job.options
+    fp16 = options.lint and ep_precision(job.ep, job.source) == "fp16"
+    if not (options.cpu_nodes or options.fallback == "auto" or fp16):
+        return FallbackState(CpuPins())
+    model = onnx.load_model(str(job.source.path), load_external_data=False)
+    pins = resolve_cpu_nodes(model, options.cpu_nodes, job.source.path.name) if options.cpu_nodes else CpuPins()
+    require_supported(job.ep.name, options.ep_options, pins)
+    if options.fallback == "auto":
+        require_supported(job.ep.name, options.ep_options, ("auto",), "--fallback auto")
+        if options.check in ("none", "load"):
+            raise UsageError(f"--fallback auto moves the nodes the check finds diverging: it needs --check run or auto, not --check {options.check}")
+    findings = lint_model(model) if fp16 else []
+    for finding in findings:
+        if finding.severity == "warning":
+            warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
+        else:
+            job.reporter.detail(f"fp16 lint: {finding.describe()}")
+    return FallbackState(pins, findings)
+
+
+def run_rounds(job: CompileJob, workers: Workers, digest: Future[InputDigest]) -> CompileResult:
+    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry."""
+    state = start_state(job)
+    job.fallback = state
+    base_request = job.request
+    for round_index in range(MAX_ROUNDS + 1):
+        with Staging(job.output_dir) as staging:
+            job.request = pinned_request(base_request, state.pins, staging.path)
+            built = job.build(staging.path, workers)
+            state.placement = cpu_placement(staging.path / job.names.model) if state.pins else {}
+            try:
+                return finish([built], staging, workers, [digest])[0]
+            except (CompilationFailed, VerificationFailed) as exc:
+                report = getattr(exc, "parity_report", None)
+                if report is None or not _outputs_differ(report):
+                    raise
+                divergence = _localize(job, staging.path, workers, report)
+                state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": _worst_of(report),
+                                     "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
+                job.reporter.detail(f"check: {divergence.summary()}")
+                for line in divergence_table(divergence):
+                    job.reporter.detail(line)
+                more = next_pins(state.pins, divergence, state.findings)
+                if job.options.fallback != "auto" or more.op_types == state.pins.op_types or round_index == MAX_ROUNDS:
+                    raise refusal(exc, divergence, job, state, more) from exc
+                job.reporter.stage(f"fallback: moving {', '.join(sorted(set(more.op_types) - set(state.pins.op_types)))} to the CPU EP")
+                state.pins = more
+            finally:
+                job.request = base_request
+        workers.renew()  # a fresh EP state for the next compile, as every compile gets
+    raise AssertionError("unreachable")
+
+
+def _outputs_differ(report: Any) -> bool:
+    """The check ran and compared, and outputs were outside the criterion (not: would not load, crashed)."""
+    return bool(report.runs) and any(not o.get("ok", True) for o in report.outputs)
+
+
+def _worst_of(report: Any) -> float | None:
+    snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
+    return round(min(snrs), 1) if snrs else None
+
+
+def _localize(job: CompileJob, staging_dir: Path, workers: Workers, report: Any) -> Divergence:
+    """The diagnostic run in the worker child, on the graph the EP compiled, with this round's pins."""
+    from ortcompile.readback.criteria import Criterion
+    from ortcompile.readback.localize import Divergence, LocalizeRequest, localize_in_child
+
+    prepared = staging_dir / PREPARE_DIR / job.source.path.name
+    model = prepared if prepared.is_file() else job.source.path.absolute()
+    seed = next((run["seed"] for run in report.runs if any(not o.get("ok", True) for o in run["outputs"])), 0)
+    dims = {} if model == prepared else job.pins.named  # the prepared graph has its dims pinned in it
+    request = LocalizeRequest(model, job.source.path.absolute(), job.request, Criterion(**report.criterion), dims, seed, job.given_inputs())
+    try:
+        return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {job.source.path.name}")
+    except Exception as exc:  # only a diagnosis: never hide the check's own verdict
+        return Divergence(error=str(getattr(exc, "message", exc)))
+
+
+def next_pins(pins: CpuPins, divergence: Divergence, findings: list[Finding]) -> CpuPins:
+    """The nodes to move next: the first diverging ones on the EP (with their lint pattern), and for one already on
+    the CPU EP the nodes it reads from (its inputs came wrong); when no node stands out, every lint warning's nodes."""
+    ops = {r["node"]: r["op_type"] for r in divergence.rows}
+    moving: list[str] = []
+    for row in divergence.first:
+        if row["ep"] == CPU_EP:
+            moving += row["reads"]
+            continue
+        moving.append(row["node"])
+        for finding in findings:
+            if row["node"] in (finding.nodes or (finding.node,)):
+                moving += list(finding.nodes)
+    if not divergence.first:
+        moving += [n for f in findings if f.severity == "warning" for n in (f.nodes or (f.node,))]
+    known = [n for n in moving if n in ops]
+    return pins.adding((ops[n] for n in known), known)
+
+
+def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence, job: CompileJob, state: FallbackState,
+            more: CpuPins) -> CompilationFailed | VerificationFailed:
+    """The check's error, with where the outputs start to differ and what to do next."""
+    where = divergence.summary()
+    nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r["node"] for r in divergence.first]
+    if divergence.first and all(r["ep"] == CPU_EP for r in divergence.first):
+        where += " (on the CPU EP already: what it reads comes wrong from the EP)"
+    if job.options.fallback == "auto":
+        tried = ", ".join(state.pins.op_types) or "nothing"
+        step = (f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move; "
+                "give realistic inputs (--inputs) or --check load to publish anyway")
+    elif nodes:
+        pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
+        step = f"pass --fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}; -v shows every node"
+    else:
+        step = "pass --fallback auto to try moving the fp16-fragile nodes to the CPU EP; -v shows every node"
+    error = type(exc)(f"{exc.message}; {where}; {step}", detail=exc.detail)
+    error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
+    return error
+
+
+def divergence_table(divergence: Divergence, limit: int = 40) -> list[str]:
+    """-v: node by node, where it ran and how far its output is from the CPU EP's (failing ones and their neighbours)."""
+    from ortcompile.readback.localize import describe_error
+
+    rows = divergence.rows
+    lines = [f"  {'ok' if r['ok'] else 'DIFF':4} {r['node']} ({r['op_type']}, {r['ep'].removesuffix('ExecutionProvider')}): {describe_error(r)}"
+             for r in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more in --json")
+    return lines

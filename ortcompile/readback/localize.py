@@ -1,0 +1,189 @@
+"""Where the EP starts computing something else: the first nodes whose results diverge from the CPU EP's.
+
+When the pre-publish check finds an output outside its criterion, a diagnostic copy of the graph the EP compiled
+(the prepared model), with every intermediate float tensor made a graph output, is run on the EP (compiled in the
+session, with the same CPU pins) and on the CPU EP, on the check's very inputs (same seeds, same given inputs).
+Each node's outputs are judged by the check's criterion, in graph order; a node *diverges first* when one of its
+outputs fails while every tensor it reads passes (or is an input or a constant). Runs in the worker child.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.catalog import CPU_EP
+from ortcompile.progress import Reporter
+from ortcompile.readback.criteria import Criterion
+from ortcompile.readback.given import Given
+from ortcompile.readback.lint import node_label
+
+DIAGNOSTIC_SUFFIX = ".diagnostic.onnx"
+_FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16
+EXPOSED_BYTES = 1 << 30  # intermediates kept as outputs at most (each session holds them all at once, 2x with both)
+INTERMEDIATE_SNR_DB = 40.0  # tolerance criteria (fp32 EPs) name no SNR: an fp32 EP's intermediates sit far above this
+
+
+@dataclass(frozen=True)
+class LocalizeRequest:
+    model: Path  # the graph the EP compiled (the prepared model, or the source)
+    source: Path  # for input hints
+    ep: EpRequest  # with the CPU pins of the compile (op_affinity) in its options
+    criterion: Criterion
+    dims: dict[str, int] = field(default_factory=dict)
+    seed: int = 0
+    given: dict[str, Given] = field(default_factory=dict)
+
+
+@dataclass
+class Divergence:
+    rows: list[dict[str, Any]] = field(default_factory=list)  # per node output: node, op_type, ep, tensor, ok, snr_db, max_abs
+    first: list[dict[str, Any]] = field(default_factory=list)  # the rows of the nodes that diverge first
+    error: str = ""  # why nothing could be localized
+
+    def summary(self) -> str:
+        """One line: the first diverging node(s), op types and the error measured."""
+        if self.error:
+            return f"could not localize the divergence: {self.error}"
+        if not self.first:
+            return "no single node diverges beyond the criterion: the error builds up over many nodes"
+        shown = ", ".join(f"{r['node']!r} ({r['op_type']} on {_short(r['ep'])}: {describe_error(r)})" for r in self.first[:3])
+        more = f" and {len(self.first) - 3} more" if len(self.first) > 3 else ""
+        return f"first diverging node{'s' if len(self.first) > 1 else ''}: {shown}{more}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"first": self.first, "rows": self.rows, "error": self.error}
+
+
+def describe_error(row: dict[str, Any]) -> str:
+    snr = row.get("snr_db")
+    parts = [f"SNR {snr:.1f} dB" if snr is not None else "", f"max abs diff {row['max_abs']:.3g}" if row.get("max_abs") is not None else "",
+             f"{row['nonfinite']} non-finite" if row.get("nonfinite") else ""]
+    return ", ".join(p for p in parts if p) or row.get("reason", "differs")
+
+
+def _short(ep: str) -> str:
+    return "CPU" if ep == CPU_EP else ep.removesuffix("ExecutionProvider")
+
+
+def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergence:
+    """In the worker child: run the diagnostic copy on the EP and on the CPU EP and compare node by node."""
+    import onnx
+
+    from ortcompile.readback.compare import compare_output
+    from ortcompile.readback.feeds import make_feeds, specs_from_session
+    from ortcompile.readback.hints import read_hints
+    from ortcompile.readback.placement import assigned_nodes
+    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
+
+    reporter.stage(f"localizing the divergence in {request.model.name}")
+    model = onnx.load_model(str(request.model), load_external_data=False)
+    producers = _expose_intermediates(model)
+    diagnostic = request.model.with_name(request.model.name + DIAGNOSTIC_SUFFIX)
+    onnx.save_model(model, str(diagnostic))  # beside the model: its external data resolves as the model's does
+    try:
+        cpu = open_session(diagnostic, None, request.dims, label="the diagnostic copy on the CPU EP")
+        specs, hints = specs_from_session(cpu.session), read_hints(request.source)
+        feeds = make_feeds(specs, seed=request.seed, dims=request.dims, given=request.given, hints=hints).arrays
+        want = run_session(cpu.session, feeds, "the diagnostic copy")
+        del cpu
+        gc.collect()
+        ep = request.ep.resolve()
+        timed = open_session(diagnostic, ep, request.dims, config={RECORD_ASSIGNMENT: "1"}, label=f"the diagnostic copy on {ep.name}")
+        placed = {n.name: ep_name for ep_name, nodes in assigned_nodes(timed.session).items() for n in nodes}
+        got = run_session(timed.session, feeds, "the diagnostic copy", ep)
+        del timed
+        gc.collect()
+    finally:
+        diagnostic.unlink(missing_ok=True)
+    rows = []
+    failing: set[str] = set()
+    for node in model.graph.node:
+        for tensor in node.output:
+            if tensor not in got or tensor not in want:
+                continue
+            comparison = compare_output(tensor, got[tensor], want[tensor], request.criterion)
+            ok = _agrees(comparison, request.criterion)
+            row = {"node": node_label(node), "op_type": node.op_type, "ep": placed.get(node.name, ep.name), "tensor": tensor,
+                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": comparison.max_abs,
+                   "nonfinite": comparison.nonfinite, "reason": comparison.reason,
+                   "reads": [producers[i] for i in node.input if i in producers]}
+            rows.append(row)
+            if not ok:
+                failing.add(tensor)
+    first = [r for r in rows if not r["ok"] and not any(t in failing for t in _inputs_of(model, r["tensor"]))]
+    return Divergence(rows, _one_per_node(first))
+
+
+def _agrees(comparison: Any, criterion: Criterion) -> bool:
+    """An intermediate tensor agrees when its SNR reaches the criterion's (or it is exact) and it has no inf/NaN the
+    reference lacks. Not by the elementwise tolerance: an intermediate's scale is arbitrary (GeM's cubes are ~1e-6,
+    all within atol 5e-3 of 0 when fp16 flushes them)."""
+    if comparison.max_abs is None:  # not comparable element by element (another shape or type)
+        return comparison.ok
+    if comparison.exact or comparison.dtype[:5] not in ("float", "bfloa"):
+        return comparison.ok
+    if comparison.nonfinite:
+        return False
+    floor = criterion.min_snr_db if criterion.min_snr_db is not None else INTERMEDIATE_SNR_DB
+    return comparison.snr_db is None or comparison.snr_db >= floor
+
+
+def _expose_intermediates(model: Any) -> dict[str, str]:
+    """Every float tensor a main-graph node computes becomes a graph output (types from shape inference, where
+    known); returns tensor -> the label of the node producing it."""
+    import onnx
+    from onnx import helper
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
+        types = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+    except Exception:
+        types = {}
+    outputs = {o.name for o in model.graph.output}
+    producers, exposed = {}, 0
+    for node in model.graph.node:
+        for tensor in node.output:
+            if not tensor:
+                continue
+            producers[tensor] = node_label(node)
+            info = types.get(tensor)
+            if tensor in outputs or info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
+                continue
+            exposed += _nbytes(info)
+            if exposed > EXPOSED_BYTES:  # the first divergence is what is looked for: the earliest tensors are kept
+                continue
+            model.graph.output.append(helper.make_value_info(tensor, info.type))
+            outputs.add(tensor)
+    return producers
+
+
+def _nbytes(info: Any) -> int:
+    """An intermediate's size from its inferred shape (unknown dims count as 1024: a guess on the large side)."""
+    dims = [d.dim_value if d.HasField("dim_value") else 1024 for d in info.type.tensor_type.shape.dim]
+    return 4 * math.prod(dims)
+
+
+def _inputs_of(model: Any, tensor: str) -> list[str]:
+    for node in model.graph.node:
+        if tensor in node.output:
+            return list(node.input)
+    return []
+
+
+def _one_per_node(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: set[str] = set()
+    unique = []
+    for row in rows:
+        if row["node"] not in seen:
+            seen.add(row["node"])
+            unique.append(row)
+    return unique
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
