@@ -158,7 +158,8 @@ def test_audio_front_end_refused_naming_the_set_and_the_next_step(tmp_path: Path
     assert "outputs per input set:" in result.stderr and "  silence: features [1, 1024]: " in result.stderr  # -v: the table
     [line] = [t for t in result.stderr.splitlines() if t.startswith("ortcompile: error: ")]
     assert "not published: output 'features' differs from the source on the CPU EP (input set '" in line
-    assert "next: --inputs DIR to judge on realistic inputs" in line and "--check load to publish" in line and "-v for the table" in line
+    assert "; next: --fallback auto to move " in line  # the diverging node first (compile/fallback.py), then the rest
+    assert "; --inputs DIR to judge on realistic inputs" in line and "--check load to publish" in line and "-v for the table" in line
 
     samples = tmp_path / "samples"  # realistic inputs: loud audio, every x² far above fp16's smallest normal
     samples.mkdir()

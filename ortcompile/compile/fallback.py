@@ -30,6 +30,7 @@ from ortcompile.eps.catalog import CPU_EP
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
 from ortcompile.output.publish import Staging
 from ortcompile.readback.lint import Finding, lint_model
+from ortcompile.readback.nextsteps import next_steps
 
 if TYPE_CHECKING:
     from ortcompile.compile.job import CompileJob, Workers
@@ -204,14 +205,15 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
         where += " (on the CPU EP already: what it reads comes wrong from the EP)"
     if job.options.fallback == "auto":
         tried = ", ".join(state.pins.op_types) or "nothing"
-        step = (f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move; "
-                "give realistic inputs (--inputs) or --check load to publish anyway")
+        step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     elif nodes:
         pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
-        step = f"pass --fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}; -v shows every node"
+        step = f"--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}"
     else:
-        step = "pass --fallback auto to try moving the fp16-fragile nodes to the CPU EP; -v shows every node"
-    error = type(exc)(f"{exc.message}; {where}; {step}", detail=exc.detail)
+        step = "--fallback auto to try moving the fp16-fragile nodes to the CPU EP"
+    report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
+    failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
+    error = type(exc)(f"{failure}; {where}; {next_steps('check', first=step)}", detail=exc.detail)
     error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error
 

@@ -13,10 +13,11 @@ _PLACEMENT_OPTIONS = (("cpu_nodes", "--cpu-nodes NODES to keep the diverging nod
                       ("fallback", "--fallback auto to move diverging nodes to the CPU EP"))
 
 
-def next_steps(purpose: str) -> str:
-    """One clause for the end of a refusal ("check") or a failed verify ("verify")."""
+def next_steps(purpose: str, first: str | None = None) -> str:
+    """One clause for the end of a refusal ("check") or a failed verify ("verify"). `first`: a step that names the
+    diverging nodes (compile/fallback.py, once it localized them), in place of the generic placement options."""
     fields = {f.name for f in dataclasses.fields(CompileOptions)}
-    steps = [text for name, text in _PLACEMENT_OPTIONS if name in fields]
+    steps = [first] if first else [text for name, text in _PLACEMENT_OPTIONS if name in fields]
     steps.append("--inputs DIR to judge on realistic inputs (NAME.npy per input, or one .npz per sample)")
     if purpose == "check":
         steps.append("--check load to publish without comparing")
