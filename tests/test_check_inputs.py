@@ -20,8 +20,8 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner, Result
-from staticdecoder import HEAD, VOCAB, static_decoder
 from onnx import TensorProto, helper, numpy_helper
+from staticdecoder import HEAD, VOCAB, static_decoder
 
 from ortcompile.cli import main
 from ortcompile.readback import roles

@@ -25,7 +25,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
 from ortcompile.compile.fallback import FallbackState, run_rounds
-from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
+from ortcompile.compile.finish import Built, node_counts, open_destination, run_check, stage_graph, versions
 from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
