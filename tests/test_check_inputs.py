@@ -173,6 +173,8 @@ def test_audio_front_end_refused_naming_the_set_and_the_next_step(tmp_path: Path
     [line] = [t for t in result.stderr.splitlines() if t.startswith("ortcompile: error: ")]
     assert "not published: output 'features' differs from the source on the CPU EP (input set '" in line
     assert "next: --inputs DIR to judge on realistic inputs" in line and "--check load to publish" in line and "-v for the table" in line
+    verifying = cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--verify")  # --check load would not help here
+    assert verifying.exit_code == 5 and "next: --inputs DIR" in verifying.stderr and "--check load" not in verifying.stderr
 
     samples = tmp_path / "samples"  # realistic inputs: loud audio, every x² far above fp16's smallest normal
     samples.mkdir()
