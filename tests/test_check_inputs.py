@@ -13,17 +13,20 @@
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from click.testing import CliRunner, Result
 from onnx import TensorProto, helper, numpy_helper
 from staticdecoder import HEAD, VOCAB, static_decoder
 
 from ortcompile.cli import main
+from ortcompile.options import CompileOptions
 from ortcompile.readback import roles
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.feeds import specs_from_model
@@ -106,6 +109,17 @@ def test_static_decoder_publishes_on_qnn_with_realistic_llm_inputs(tmp_path: Pat
     assert snr < 20
 
 
+def test_decode_step_attends_the_filled_cache_and_itself(tmp_path: Path) -> None:
+    """The decode graph (S=1) of the same decoder: one query at position 32, keys 0..31 and its own (slot 64)."""
+    model = static_decoder(tmp_path / "decode.onnx", seq=1)
+    arrays = feeds_of(model).arrays[0]
+    allowed = arrays["attention_mask"][0, 0, 0] == 0
+    assert allowed.shape == (65,) and allowed[:32].all() and not allowed[32:64].any() and allowed[64]
+    assert np.allclose(arrays["position_cos"][0, 0, 0], np.cos(32.0))
+    logits = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(["logits"], arrays)[0]
+    assert np.isfinite(logits).all()
+
+
 def test_genai_config_and_position_ids(tmp_path: Path) -> None:
     """A genai-style decoder: names from genai_config.json (its pad id for the zero-ids set), a 0/1 mask over
     past + new tokens, position ids after the filled cache."""
@@ -160,6 +174,8 @@ def test_audio_front_end_refused_naming_the_set_and_the_next_step(tmp_path: Path
     assert "not published: output 'features' differs from the source on the CPU EP (input set '" in line
     assert "; next: --fallback auto to move " in line  # the diverging node first (compile/fallback.py), then the rest
     assert "; --inputs DIR to judge on realistic inputs" in line and "--check load to publish" in line and "-v for the table" in line
+    verifying = cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--verify")  # --check load would not help here
+    assert verifying.exit_code == 5 and "; --inputs DIR" in verifying.stderr and "--check load" not in verifying.stderr
 
     samples = tmp_path / "samples"  # realistic inputs: loud audio, every x² far above fp16's smallest normal
     samples.mkdir()
@@ -264,10 +280,6 @@ def test_data_dependent_shapes_are_compared_on_their_overlap(tmp_path: Path) -> 
 
 @pytest.mark.parametrize("purpose", ["check", "verify"])
 def test_next_steps_name_only_options_this_build_has(purpose: str) -> None:
-    from dataclasses import fields
-
-    from ortcompile.options import CompileOptions
-
     text = next_steps(purpose)
     assert text.startswith("next: ") and "--inputs DIR" in text and "-v for the table" in text
     assert ("--check load" in text) == (purpose == "check")

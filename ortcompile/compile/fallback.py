@@ -213,7 +213,8 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
         step = "--fallback auto to try moving the fp16-fragile nodes to the CPU EP"
     report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
     failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
-    error = type(exc)(f"{failure}; {where}; {next_steps('check', first=step)}", detail=exc.detail)
+    purpose = "verify" if isinstance(exc, VerificationFailed) else "check"  # --verify's verdict: --check load would not help
+    error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step)}", detail=exc.detail)
     error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error
 

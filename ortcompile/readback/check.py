@@ -36,7 +36,8 @@ def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, pre
     """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them."""
     settings = dict(overrides or {})
     criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
-    return ParityRequest(model, source, ep, mode, criterion, dims, check_seeds(source), dict(given or {}), lean=True)
+    return ParityRequest(model, source, ep, mode, criterion, dims, check_seeds(source), dict(given or {}), lean=True,
+                         publish_anyway=overrides is None)  # with --verify, --check load would not publish it either
 
 
 def check_seeds(source: Path) -> tuple[int, ...]:

@@ -44,6 +44,7 @@ class ParityRequest:
     time_source_on_ep: bool = False  # also load the source on the EP, to compare load times
     lean: bool = False  # the pre-publish check: no weight prepacking (a session then maps the weights, copies none)
     edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, zero ids)
+    publish_anyway: bool = True  # a refusal of the check may suggest --check load (not under --verify)
 
     @property
     def config(self) -> dict[str, str]:
@@ -93,7 +94,7 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
             _compare_with_source(request, feeds, outputs, report)
             if not report.ok and report.failed_output and request.criterion is not None:
-                report.hint = next_steps(request.criterion.purpose)
+                report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify")
     except (InvalidModel, UsageError):
         raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:
