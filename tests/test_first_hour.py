@@ -8,6 +8,7 @@ a `--shard-size` that tensors do not fit in.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -90,6 +91,19 @@ def test_compile_verify_says_it_verified(split: Path, tmp_path: Path) -> None:
     assert proc.stdout.strip().endswith("(QNNExecutionProvider); verified against the source")
     plain = run_cli("compile", split, "-o", tmp_path / "plain", "--ep", "qnn")
     assert "verified" not in plain.stdout
+
+
+def test_compile_verify_runs_one_comparison_and_times_it(split: Path, tmp_path: Path) -> None:
+    """Issue 22: the check compares by --verify's criterion, so --verify adds no second session pair; the check's
+    time is in --json's timings and on -v."""
+    proc = run_cli("compile", split, "-o", tmp_path / "out", "--ep", "qnn", "--verify", "--check", "run", "-v", "--json")
+    assert proc.returncode == 0, proc.stderr
+    document = json.loads(proc.stdout)["outputs"][0]
+    assert document["timings"]["check"] > 0 and document["timings"]["verify"] == 0.0
+    assert document["check"]["mode"] == "run" and document["check"]["ok"]
+    assert re.search(r"check: loads, runs and agrees with the source on the CPU EP \(.*; \d+\.\d\ds\)", proc.stderr), proc.stderr
+    assert re.search(r"verified: outputs match the source on the CPU EP \(max abs diff [0-9.e+-]+; parity\), in the pre-publish check", proc.stderr)
+    assert "verifying against the source" not in proc.stderr
 
 
 def test_verbose_output_has_no_colour_codes_nor_boilerplate(split: Path, tmp_path: Path) -> None:

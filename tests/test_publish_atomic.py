@@ -99,9 +99,10 @@ MISSING_FILE = [r'External data path does not exist: "[^"]*/m_ctx\.[0-9a-f]{12}\
                 r"Failed to get the weakly canonical path: \S*/m_ctx\.[0-9a-f]{12}\.data - No such file or directory",
                 r"Failed to load from EpContext model\. The file path in ep_cache_context does not exist or is not accessible"]
 
+MIN_REPLACEMENTS = 4  # however long they take: each one a window for the reader to see a mix
 CASES = {  # ep -> (model builder, extra compile options, seconds of replacing)
-    "cpu": (cpu_model, (), 25.0),
-    "qnn": (qnn_model, ("--embed", "never"), 20.0),
+    "cpu": (cpu_model, (), 10.0),
+    "qnn": (qnn_model, ("--embed", "never"), 10.0),
 }
 
 
@@ -130,7 +131,7 @@ def test_force_replacement_never_gives_a_reader_the_old_graph_with_new_data(ep: 
             assert reader.poll() is None, reader.communicate()[1]
             time.sleep(0.05)
         replaced, deadline = 0, time.monotonic() + seconds
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or replaced < MIN_REPLACEMENTS:  # a slow machine still gets its races
             compile_("b" if replaced % 2 == 0 else "a", out)
             replaced += 1
         (signals / "stop").touch()
@@ -141,7 +142,7 @@ def test_force_replacement_never_gives_a_reader_the_old_graph_with_new_data(ep: 
     report = json.loads((signals / "report.json").read_text())
     counts, failures = report["counts"], report["failures"]
     print(f"\n{ep}: {replaced} replacements; reader: {counts}; load failures: {failures}")
-    assert replaced >= 3
+    assert replaced >= MIN_REPLACEMENTS
     assert counts["a"] > 0 and counts["b"] > 0, "the reader never saw the output change"
     assert counts["wrong"] == 0, f"{counts['wrong']} runs got the old graph with the other model's data"
     # A load that fails does so cleanly: the old graph's file was removed after the new model was in place.

@@ -108,7 +108,8 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {}
     for ep in ("qnn", "cpu"):
         out[ep] = root / ep
-        proc = run_cli("compile", *sources, "-o", out[ep], "--ep", ep, "-q", timeout=300)
+        # no pre-publish check: every test here compares the pool's outputs with numpy's itself
+        proc = run_cli("compile", *sources, "-o", out[ep], "--ep", ep, "--check", "none", "-q", timeout=300)
         assert proc.returncode == 0, proc.stderr
     for source in sources:
         source.unlink()

@@ -352,7 +352,7 @@ def test_share_weights_verify_checks_every_model_before_publishing(tmp_path: Pat
     out = tmp_path / "out"
     proc = run_cli("compile", MLP, DYNAMIC, "-o", out, "--ep", "cpu", "--share-weights", "--verify", "-v")
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.count("verified: outputs match the source on the CPU EP (max abs diff 0; tolerance)") == 2, proc.stderr
+    assert proc.stderr.count("verified: outputs match the source on the CPU EP (max abs diff 0; tolerance), in the pre-publish check") == 2, proc.stderr
     check_shared_output_dir(out, ["mlp", "dynamic"])
 
 

@@ -15,15 +15,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from helpers import published, without_progress
+from helpers import CliResult, published, run_cli, without_progress
 from onnx import numpy_helper
 
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
@@ -31,7 +29,6 @@ from ortcompile.readback.nextsteps import next_steps
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
-CLI = [sys.executable, "-m", "ortcompile"]
 
 # QNN (HTP simulator, compiling for the default X Elite target: float16 arithmetic as on the device) against the
 # CPU EP, measured on the fixtures: max abs diff 3.3e-4 .. 8.6e-4 (outputs up to ~2.9), SNR 63.7 .. 67.8 dB.
@@ -69,8 +66,9 @@ FP32_CRITERION = {
 # ---------------------------------------------------------------- helpers
 
 
-def run(*args: object, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+def run(*args: object) -> CliResult:
+    """In this process (CliRunner): verify's and compile's sessions run in their own worker children anyway."""
+    return run_cli(*args)
 
 
 def verify_json(model: Path, reference: Path, *extra: object, code: int = 0) -> dict:
@@ -99,7 +97,7 @@ def refresh_manifest(model: Path) -> None:
     path.write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
-def error_line(proc: subprocess.CompletedProcess[str]) -> str:
+def error_line(proc: CliResult) -> str:
     """The one line ortcompile prints on failure (native libraries may log other lines; no traceback)."""
     assert "Traceback" not in proc.stderr
     errors = [line for line in without_progress(proc.stderr) if line.startswith("ortcompile: ")]  # (progress lines aside)
@@ -120,12 +118,13 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     base = tmp_path_factory.mktemp("verify-built")
+    unchecked = ("--check", "none")  # what these tests run is verify itself, on every output
     return {
-        "mlp": compile_to(FIXTURES / "mlp.onnx", base / "mlp"),  # 1 EPContext node, blob embedded
-        "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never"),  # 3 nodes, a _qnn blob, W_mod in .data
-        "dynamic": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic", "--fix-dim", "batch=1"),
-        "dynamic_cpu": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic_cpu", "--ep", "cpu"),  # 'batch' stays symbolic
-        "mixed_cpu": compile_to(FIXTURES / "mixed.onnx", base / "mixed_cpu", "--ep", "cpu"),  # 'n' stays symbolic
+        "mlp": compile_to(FIXTURES / "mlp.onnx", base / "mlp", *unchecked),  # 1 EPContext node, blob embedded
+        "split": compile_to(FIXTURES / "split.onnx", base / "split", "--embed", "never", *unchecked),  # 3 nodes, a _qnn blob, W_mod in .data
+        "dynamic": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic", "--fix-dim", "batch=1", *unchecked),
+        "dynamic_cpu": compile_to(FIXTURES / "dynamic.onnx", base / "dynamic_cpu", "--ep", "cpu", *unchecked),  # 'batch' stays symbolic
+        "mixed_cpu": compile_to(FIXTURES / "mixed.onnx", base / "mixed_cpu", "--ep", "cpu", *unchecked),  # 'n' stays symbolic
     }
 
 
@@ -534,7 +533,8 @@ def test_compile_verify_failure_keeps_the_previous_output(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     assert published(out, "split_ctx_qnn.bin") in snapshot(out) and snapshot(out) != before
     verified = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: verified: ")]
-    assert len(verified) == 1 and "outputs match the source on the CPU EP (max abs diff " in verified[0] and verified[0].endswith("; parity)")
+    assert len(verified) == 1 and "outputs match the source on the CPU EP (max abs diff " in verified[0]
+    assert verified[0].endswith("; parity), in the pre-publish check (one comparison)")
 
 
 def test_compile_verify_dynamic_with_fix_dim_publishes_a_verifiable_output(tmp_path: Path) -> None:
@@ -542,7 +542,9 @@ def test_compile_verify_dynamic_with_fix_dim_publishes_a_verifiable_output(tmp_p
     assert proc.returncode == 0, proc.stderr
     [result] = json.loads(proc.stdout)["outputs"]
     assert result["epcontext_nodes"] == 1
-    assert result["timings"]["verify"] > 0
+    # one comparison, in the pre-publish check (by --verify's criterion): verify adds no second session pair
+    assert result["check"]["mode"] == "run" and result["check"]["ok"] and result["timings"]["check"] > 0
+    assert result["timings"]["verify"] == 0.0
     report = verify_json(tmp_path / "dynamic_ctx.onnx", FIXTURES / "dynamic.onnx")
     assert report["ok"] is True and (report["dims"], report["guessed_dims"]) == ({"batch": 1}, {})
 

@@ -79,12 +79,12 @@ def run_ep_step(step: EpStep, reporter: Reporter, data_pass: DataPass | None = N
     model, source_files, overrides, summary = step.source.path.absolute(), step.source.external_paths, step.pins.named, None
     if step.prepare:
         reporter.stage(f"preparing {step.source.path.name}: pinning shapes, folding constants")
-        model, summary = prepare_model(model, step.pins, step.staging_dir / PREPARE_DIR, step.layout.inline_threshold, step.source.weight_bytes,
-                                       step.frozen, ep.name, ep.options)
+        model, summary, source_files = prepare_model(model, step.pins, step.staging_dir / PREPARE_DIR, step.layout.inline_threshold,
+                                                     step.source.weight_bytes, step.frozen, ep.name, ep.options, step.source.external_paths)
         ep.options = {**ep.options, **summary.ep_fixes.provider_options}  # e.g. QNN's op_affinity file
         seconds["prepare"] = summary.seconds
         reporter.detail(summary.describe())
-        source_files, overrides = {f"{model.name}.data": model.with_name(f"{model.name}.data")}, {}
+        overrides = {}
     reporter.stage(f"compiling {step.source.path.name} with {ep.name}")
     clock = time.perf_counter()
     request = OrtCompile(model, ep, step.staging_dir / step.model_name, overrides, step.require_compiled, step.session_config)

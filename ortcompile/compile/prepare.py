@@ -23,6 +23,7 @@ from typing import Any
 
 from ortcompile.compile.epfixes import FixReport, apply_ep_fixes
 from ortcompile.compile.freeze import freeze_inputs
+from ortcompile.compile.inplace import SetAside, merge, set_aside
 from ortcompile.compile.shapes import Pins, apply_pins, value_dims
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
@@ -64,9 +65,11 @@ class PrepareSummary:
 
 def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int, weight_bytes: int = 0,
                   frozen: dict[str, int | float] | None = None, ep_name: str = "", ep_options: dict[str, str] | None = None,
-                  ) -> tuple[Path, PrepareSummary]:
+                  source_paths: dict[str, Path] | None = None) -> tuple[Path, PrepareSummary, dict[str, Path]]:
     """Write `out_dir/<source name>` (+ `.data`): the source specialized on `frozen` inputs, with `ep_name`'s graph
-    fixes (epfixes.py; its provider options come back in the summary), pins applied and ORT BASIC optimization."""
+    fixes (epfixes.py; its provider options come back in the summary), pins applied and ORT BASIC optimization.
+    Returns also the data files the prepared model reads (location -> path): the weights the optimizer cannot
+    change stay in the source's files (`source_paths`, hard-linked)."""
     import onnx
 
     clock = time.perf_counter()
@@ -78,10 +81,17 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     apply_pins(model, pins)
     _infer_shapes(model)
     prepared = out_dir / source.name
-    _optimize(model.SerializeToString(), source, prepared, inline_threshold, pins, weight_bytes)
-    optimized = onnx.load_model(str(prepared), load_external_data=False)
-    if _prune_opsets(optimized):
-        onnx.save_model(optimized, str(prepared))  # the graph proto only: the weights stay in the .data file
+    model_bytes = model.SerializeToString()
+    aside = set_aside(model, source_paths or {}, out_dir, source.name, inline_threshold)
+    optimized = None
+    if aside is not None:
+        optimized = _optimize_in_place(model_bytes, model.SerializeToString(), aside, source, prepared, inline_threshold, pins, weight_bytes)
+    if optimized is None:
+        aside = None
+        _optimize(model_bytes, source, prepared, f"{prepared.name}.data", inline_threshold, pins, weight_bytes)
+        optimized = onnx.load_model(str(prepared), load_external_data=False)
+    if _prune_opsets(optimized) or aside is not None:
+        onnx.save_model(optimized, str(prepared))  # the graph proto only: the weights stay in the .data files
     after = _op_counts(optimized)
     removed, added = Counter(before), Counter(after)
     removed.subtract(after)
@@ -89,7 +99,8 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     summary = PrepareSummary(pins.to_json(), sum(before.values()), sum(after.values()),
                              {op: n for op, n in removed.items() if n > 0}, {op: n for op, n in added.items() if n > 0},
                              time.perf_counter() - clock, dict(frozen or {}), inlined, fixes)
-    return prepared, summary
+    data_files = {f"{prepared.name}.data": prepared.with_name(f"{prepared.name}.data"), **(aside.source_files if aside else {})}
+    return prepared, summary, data_files
 
 
 def _infer_shapes(model: Any) -> None:
@@ -107,10 +118,39 @@ def _infer_shapes(model: Any) -> None:
     model.graph.value_info.extend(inferred.graph.value_info)
 
 
-def _optimize(model_bytes: bytes, source: Path, prepared: Path, inline_threshold: int, pins: Pins, weight_bytes: int) -> None:
+def _optimize_in_place(model_bytes: bytes, aside_bytes: bytes, aside: SetAside, source: Path, prepared: Path, inline_threshold: int,
+                       pins: Pins, weight_bytes: int) -> Any | None:
+    """The optimized graph with the set-aside weights never re-written (inplace.py); None: fall back to one
+    ordinary run (the two runs disagreed, or the run without the weights failed)."""
+    import onnx
+
+    discarded = prepared.with_name(f"{prepared.name}.discarded.data")
+    folded = prepared.with_name(f"{prepared.name}.folded.onnx")
+    discarded.unlink(missing_ok=True)
+    discarded.symlink_to(os.devnull)  # the graph's own run: every byte it writes is thrown away, unread
+    try:
+        _optimize(model_bytes, source, prepared, discarded.name, inline_threshold, pins, weight_bytes)
+    finally:
+        discarded.unlink(missing_ok=True)
+    full = onnx.load_model(str(prepared), load_external_data=False)
+    try:
+        _optimize(aside_bytes, source, folded, f"{prepared.name}.data", inline_threshold, pins, weight_bytes)
+        merged = merge(full, onnx.load_model(str(folded), load_external_data=False), aside)
+    except Exception:
+        merged = False
+    finally:
+        folded.unlink(missing_ok=True)
+    if not merged:
+        for path in aside.source_files.values():
+            path.unlink(missing_ok=True)
+        return None
+    return full
+
+
+def _optimize(model_bytes: bytes, source: Path, prepared: Path, data_name: str, inline_threshold: int, pins: Pins, weight_bytes: int) -> None:
     options = _cpu_options(source, optimize=True)
     options.optimized_model_filepath = str(prepared)
-    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", prepared.name + ".data")
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", data_name)
     options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(max(1, inline_threshold)))
     try:
         _load(model_bytes, options)

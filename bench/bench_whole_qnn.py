@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Whole-model QNN compile against the raw Compile API, alternating runs (issue 22: prepare included).
+
+    python bench/bench_whole_qnn.py --gb 1.6 --reps 3                       # raw vs this tree's ortcompile
+    python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --also /work/main     # and another tree's ortcompile
+
+Model: tests/bigmodel.py's MatMul/Add chain (3 x 256 MiB fp32 weights per QNN partition, a damped Sinh on the
+CPU between partitions). `raw` = bench_compile.RAW_SCRIPT (one ModelCompiler.compile_to_file, the default
+target's options, no fsync); `ortcompile` = `compile --ep qnn --check none --json` (prepare and fsync of
+every output included). Each run is a fresh process after `sync`; methods rotate every repetition. Prints
+each run, then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "bench"))
+
+from bench_compile import RAW_SCRIPT  # noqa: E402
+from bench_partition import RAW_TARGET_OPTIONS, GiB, measure  # noqa: E402
+from bigmodel import write_qnn_model  # noqa: E402
+
+
+def command(method: str, trees: dict[str, Path], model: Path, out: Path) -> tuple[list[str], dict[str, str]]:
+    if method == "raw":
+        return [sys.executable, "-c", RAW_SCRIPT, str(model), str(out / "m_ctx.onnx"), "qnn", *RAW_TARGET_OPTIONS], {}
+    argv = [sys.executable, "-m", "ortcompile", "compile", str(model), "-o", str(out), "--ep", "qnn", "--check", "none", "--json"]
+    return argv, {"PYTHONPATH": str(trees[method])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gb", type=float, default=1.6, help="model size (rounded to 768 MiB partitions)")
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
+    parser.add_argument("--workdir", type=Path, default=None)
+    args = parser.parse_args()
+    work = args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn"
+    work.mkdir(parents=True, exist_ok=True)
+    groups = max(1, round(args.gb * 1e9 / (3 * 256 * 2**20)))
+    model = write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
+    trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
+    methods = ["raw", *trees]
+    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB, {groups} QNN partitions; load {os.getloadavg()[0]:.2f}", flush=True)
+    results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
+    for rep in range(args.reps):
+        for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
+            out = work / "out"
+            shutil.rmtree(out, ignore_errors=True)
+            out.mkdir()
+            argv, env = command(method, trees, model.path, out)
+            os.environ.update(env)
+            result = measure(argv)
+            os.environ.pop("PYTHONPATH", None)
+            if result["rc"] == 0 and method != "raw":
+                result["prepare"] = json.loads(result["stdout"])["outputs"][0]["timings"].get("prepare")
+            results[method].append(result)
+            print(f"  {method:22s} rc={result['rc']} wall {result['wall']:6.1f}s peak {result['peak_rss'] / GiB:5.2f} GiB"
+                  f"{'  prepare {:.1f}s'.format(result['prepare']) if result.get('prepare') is not None else ''}"
+                  f"  load {os.getloadavg()[0]:.2f}{'  ' + result['stderr'] if result['rc'] else ''}", flush=True)
+    raw = statistics.median(r["wall"] for r in results["raw"])
+    for method in methods:
+        walls = [r["wall"] for r in results[method]]
+        prepares = [r["prepare"] for r in results[method] if r.get("prepare") is not None]
+        print(f"{method:22s} median {statistics.median(walls):6.1f}s ({' '.join(f'{w:.1f}' for w in walls)})  / raw {statistics.median(walls) / raw:.2f}"
+              f"  peak {max(r['peak_rss'] for r in results[method]) / GiB:.2f} GiB"
+              f"{f'  prepare median {statistics.median(prepares):.1f}s' if prepares else ''}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
