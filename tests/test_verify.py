@@ -100,7 +100,7 @@ def refresh_manifest(model: Path) -> None:
 def error_line(proc: CliResult) -> str:
     """The one line ortcompile prints on failure (native libraries may log other lines; no traceback)."""
     assert "Traceback" not in proc.stderr
-    errors = [line for line in without_progress(proc.stderr) if line.startswith("ortcompile: ")]  # (progress lines aside)
+    errors = [line for line in without_progress(proc.stderr) if line.startswith("ortcompile: error")]  # (progress, warnings aside)
     assert len(errors) == 1, proc.stderr
     return errors[0]
 
