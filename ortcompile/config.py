@@ -365,14 +365,14 @@ def settings_for_models(config: Config, models: Sequence[str | os.PathLike[str]]
 
 def symbolic_dims(model: str) -> set[str]:
     """The model's named input dims (reads its graph proto, never its weights' files)."""
-    from ortcompile.compile.source import read_source
+    from ortcompile.plan.source import read_source
 
     return read_source(Path(model)).symbolic_dims
 
 
 def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
     """CompileOptions from merged settings (and any other CompileOptions field in `rest`)."""
-    from ortcompile.compile.layout import LayoutPolicy
+    from ortcompile.layout import LayoutPolicy
     from ortcompile.options import CompileOptions, PartitionOptions
 
     parts = values["partition"], values["max_context_size"]

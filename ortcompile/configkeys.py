@@ -66,7 +66,7 @@ def _positive_size(value: Any, where: str, base: Path) -> int:
 
 
 def _align(value: Any, where: str, base: Path) -> int:
-    from ortcompile.compile.layout import MAX_ALIGN
+    from ortcompile.layout import MAX_ALIGN
 
     size = _size(value, where, base)
     if size <= 0 or size & (size - 1) or size > MAX_ALIGN:

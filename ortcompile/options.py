@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from ortcompile.compile.layout import LayoutPolicy
+from ortcompile.layout import LayoutPolicy
 
 if TYPE_CHECKING:
     from ortcompile.output.manifest import Manifest

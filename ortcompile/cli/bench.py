@@ -30,11 +30,11 @@ def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep:
             references: tuple[str, ...], input_args: tuple[str, ...], inputs_file: str | None, dims: tuple[tuple[str, str], ...],
             fix_dims: tuple[tuple[str, str], ...], seed: int, ort_log_level: int | None, precision: str | None, **criterion: Any) -> None:
     """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
+    from ortcompile.bench.pipeline import run_pipeline
     from ortcompile.cli.render import bench_text, plural
-    from ortcompile.compile.shapes import parse_fix_dims
     from ortcompile.errors import UsageError, VerificationFailed
     from ortcompile.native import set_ort_log_level
-    from ortcompile.run.pipeline import run_pipeline
+    from ortcompile.plan.shapes import parse_fix_dims
 
     out = current()
     set_ort_log_level(out.verbose, ort_log_level)

@@ -30,8 +30,8 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
     unless given with --input/--inputs.
     """
     from ortcompile.cli.render import verify_text
-    from ortcompile.compile.shapes import parse_fix_dims
     from ortcompile.native import set_ort_log_level
+    from ortcompile.plan.shapes import parse_fix_dims
     from ortcompile.readback.verify import verify_model
 
     out = current()

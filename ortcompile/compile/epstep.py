@@ -13,13 +13,13 @@ from pathlib import Path
 
 from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, FileSink
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.ortstep import NothingCompiled, OrtCompile, compile_with_ort, ep_compiles_anything
 from ortcompile.compile.prepare import PrepareSummary, prepare_model
 from ortcompile.compile.relayout import relayout
-from ortcompile.compile.shapes import Pins
-from ortcompile.compile.source import SourceModel
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.output.digest import WrittenFile
+from ortcompile.plan.shapes import Pins
+from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter
 
 PREPARE_DIR = ".prepare"  # inside the staging directory: never published, removed with it

@@ -27,9 +27,6 @@ from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph, versions
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
-from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
-from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.compile.worker import Worker, expect_more_workers, fresh_worker, retire_worker
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
@@ -38,7 +35,10 @@ from ortcompile.output.digest import InputDigest, digest_inputs_in_background
 from ortcompile.output.incremental import why_not_up_to_date
 from ortcompile.output.manifest import Manifest, file_entries
 from ortcompile.output.publish import Staging, remove_created_dirs
+from ortcompile.plan.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
+from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.worker import Worker, expect_more_workers, fresh_worker, retire_worker
 
 # Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
 QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",

@@ -17,11 +17,11 @@ from typing import Any
 
 from ortcompile.compile.blobs import BlobSink, callback_unsupported
 from ortcompile.compile.datapass import DataPass
-from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.eps import ResolvedEp, diagnose
 from ortcompile.errors import CompilationFailed, ComponentMissing, InvalidModel, OrtCompileError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.paths import model_dir
+from ortcompile.plan.source import PROTOBUF_LIMIT
 
 NOTHING_COMPILED = "Unable to compile any nodes"
 

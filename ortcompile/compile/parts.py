@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortcompile.compile.split import SplitJob, SplitResult, part_cli_args, split_model
-from ortcompile.compile.worker import reset_cancel
 from ortcompile.errors import CompilationFailed, OrtCompileError
 from ortcompile.native import proc_kib_field
 from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.worker import reset_cancel
 
 if TYPE_CHECKING:
     from ortcompile.compile.finish import Built
@@ -108,7 +108,7 @@ def part_options(options: CompileOptions) -> CompileOptions:
 def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,
                   reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile every part with `compile_model`, several at once when `jobs` and the memory budget allow."""
-    from ortcompile.compile.worker import cancel_all
+    from ortcompile.worker import cancel_all
 
     reporter = reporter or SilentReporter()
     jobs = max(1, partition.jobs or os.cpu_count() or 1)

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.shapes import Pins, apply_pins, value_dims
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
 from ortcompile.paths import model_dir
+from ortcompile.plan.shapes import Pins, apply_pins, value_dims
 from ortcompile.run.sessions import LEAN_CONFIG
 
 OPTIMIZATION = "ort-basic"

@@ -27,9 +27,9 @@ from ortcompile.compile.epstep import EpStep, EpStepOutput, run_ep_step, run_rel
 from ortcompile.compile.finish import Built, finish
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob, Workers
-from ortcompile.compile.layout import DataLayout, Placement
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.errors import UsageError, output_error
+from ortcompile.layout import DataLayout, Placement
 from ortcompile.naming import strip_onnx
 from ortcompile.native import native_output_shown
 from ortcompile.options import CompileOptions, CompileResult

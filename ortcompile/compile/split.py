@@ -20,20 +20,20 @@ from typing import Any
 
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
-from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
-from ortcompile.compile.source import SourceModel
 from ortcompile.errors import CompilationFailed, InvalidModel, output_error
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
+from ortcompile.plan.shapes import Pins, apply_pins, require_static, value_dims
+from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter, SilentReporter
 
 

@@ -27,12 +27,12 @@ from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpRequest, EpStepOutput
 from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partcheck import CompiledPart, PartVerifier
 from ortcompile.compile.partsplan import PartsPlan, is_part_file
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.sharing import SharedDataPass
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, UsageError, output_error
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes

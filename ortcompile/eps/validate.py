@@ -238,10 +238,10 @@ def _child_main() -> None:
     import warnings
 
     from ortcompile import native
-    from ortcompile.compile.worker import die_with_parent
     from ortcompile.eps.discovery import library_info
     from ortcompile.eps.registry import devices_of, mark_crash_contained, register, resolve
     from ortcompile.errors import OrtCompileError
+    from ortcompile.worker import die_with_parent
 
     spec = json.loads(sys.argv[1])
     die_with_parent(spec["parent"])

@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
-from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import InvalidModel, first_line
+from ortcompile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
 from ortcompile.onnxfacts import (
     EPCONTEXT,
     dtype_name,
@@ -29,6 +28,7 @@ from ortcompile.onnxfacts import (
 )
 from ortcompile.output.publish import pending_publishes
 from ortcompile.paths import UnsafePath, model_dir, not_a_model_file, resolve_inside
+from ortcompile.plan.source import PROTOBUF_LIMIT
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 
 INSPECT_FORMAT = "ortcompile-inspect/1"

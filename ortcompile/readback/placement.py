@@ -107,11 +107,11 @@ def inspect_placement(model_path: str | os.PathLike[str], ep: str | None = None,
     child and report which EP runs which node. Raises InvalidModel (also for a model whose data or EP context paths
     lead outside its directory, as compile refuses it), UsageError/EpUnavailable, CompilationFailed. A recorded
     option that loads a library is left out (run/load.recorded_ep_options)."""
-    from ortcompile.compile.source import read_source
-    from ortcompile.compile.worker import fresh_worker
     from ortcompile.errors import InvalidModel
     from ortcompile.native import native_output_shown
+    from ortcompile.plan.source import read_source
     from ortcompile.run.load import model_ep
+    from ortcompile.worker import fresh_worker
 
     path = Path(model_path)
     if not path.is_file():

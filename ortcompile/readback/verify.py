@@ -20,10 +20,10 @@ from typing import Any
 
 from ortcompile import eps
 from ortcompile.compile.epstep import EpRequest
-from ortcompile.compile.shapes import resolve_pins
-from ortcompile.compile.source import SourceModel, read_source
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
 from ortcompile.paths import not_a_model_file
+from ortcompile.plan.shapes import resolve_pins
+from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
@@ -138,8 +138,8 @@ def verify_model(
 
 
 def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
-    from ortcompile.compile.worker import fresh_worker
     from ortcompile.native import native_output_shown
+    from ortcompile.worker import fresh_worker
 
     with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
         return worker.call(run_parity, request, doing=f"running {request.model.name} and its source")

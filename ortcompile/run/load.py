@@ -38,7 +38,7 @@ def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_opti
     library are taken from `ep_options` only, never from the manifest.
     """
     from ortcompile import eps
-    from ortcompile.compile.source import read_source
+    from ortcompile.plan.source import read_source
     from ortcompile.run.sessions import open_session
     from ortcompile.run.sessions import session_options as default_options
 

@@ -53,7 +53,7 @@ class Worker:
         # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
-        command = [sys.executable, "-c", "from ortcompile.compile.worker import main; main()",
+        command = [sys.executable, "-c", "from ortcompile.worker import main; main()",
                    str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0"]
         self._process = subprocess.Popen(command, pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL, close_fds=True)
         os.close(from_parent)

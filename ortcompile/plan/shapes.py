@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
+from ortcompile.plan.source import InputInfo, SourceModel
 
 # No tensor can have a dimension above this: 2**48 elements along one axis take 128 TiB even at 4 bits each (int4),
 # the whole user address space of an x86-64 or ARM64 Linux process (48-bit virtual addresses). ONNX Runtime would
