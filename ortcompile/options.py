@@ -4,13 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from ortcompile.layout import LayoutPolicy
-
-if TYPE_CHECKING:
-    from ortcompile.output.manifest import Manifest
-
 
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
@@ -131,19 +127,6 @@ class CompileResult:
     compiled_ops: dict[str, int] = field(default_factory=dict)  # op type -> source nodes now inside EPContext nodes (the manifest's)
     target: dict[str, Any] | None = None  # what the EP compiled for (the manifest's target record)
     compatibility: dict[str, Any] | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
-
-    @classmethod
-    def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
-        """The result of a compile that found its output current and did nothing."""
-        return cls(
-            source=source, output_dir=output_dir, model=manifest.model, ep=manifest.versions.ep_name,
-            ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
-            epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
-            graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
-            inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
-            inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
-            compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
-        )
 
     @property
     def model_path(self) -> Path:

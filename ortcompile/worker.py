@@ -33,6 +33,15 @@ _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.1
 
 
+crash_contained = False  # this process is a disposable child whose crash its parent reports: libraries load without a probe
+
+
+def mark_crash_contained() -> None:
+    """Say that this process is a disposable child (a worker, a probe of eps/validate.py)."""
+    global crash_contained
+    crash_contained = True
+
+
 class WorkerCrashed(CompilationFailed):
     """The child died from a signal or exited without answering."""
 
@@ -250,6 +259,32 @@ def retire_worker(verbose: bool) -> None:
             _spare = Worker(verbose=verbose)
 
 
+class Workers:
+    """The worker child of a compile (or of a batch that must share one): started early, or when first needed."""
+
+    def __init__(self, verbose: bool, reporter: Reporter, label: str = "the EP") -> None:
+        self.verbose, self.reporter, self.label = verbose, reporter, label
+        self._worker: Worker | None = None
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = fresh_worker(self.label, self.reporter, self.verbose)
+
+    def get(self) -> Worker:
+        self.start()
+        assert self._worker is not None
+        self._worker.label = self.label
+        return self._worker
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._worker is not None:
+            self._worker.__exit__(*exc_info)
+            retire_worker(self.verbose)
+
+
 def _register_kill_spare() -> None:
     global _atexit_registered
     atexit.register(_kill_spare)
@@ -270,8 +305,6 @@ def main() -> None:
 def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     """The child's loop: one call at a time until asked to exit or the pipe closes."""
     die_with_parent(parent_pid)
-    from ortcompile.eps.registry import mark_crash_contained
-
     mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     native_filter = _native_output_to_stderr(verbose)

@@ -110,7 +110,7 @@ class SessionPool:
         It also fails cleanly (EpUnavailable) where the EP cannot create sessions, before graph capture
         could abort the process.
         """
-        from ortcompile.compile.ortstep import tiny_static_model
+        from ortcompile.onnxfacts import tiny_static_model
 
         before = rss_bytes()
         plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},

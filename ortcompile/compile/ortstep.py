@@ -20,6 +20,7 @@ from ortcompile.compile.datapass import DataPass
 from ortcompile.eps import ResolvedEp, diagnose
 from ortcompile.errors import CompilationFailed, ComponentMissing, InvalidModel, OrtCompileError, ort_reason, output_error
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.onnxfacts import tiny_static_model
 from ortcompile.paths import model_dir
 from ortcompile.plan.source import PROTOBUF_LIMIT
 
@@ -243,7 +244,7 @@ def _switch_hint(source: Path) -> str:
     """Models that switch networks on an input (If on sr == 16000) often compile once specialized: say how."""
     import onnx
 
-    from ortcompile.compile.freeze import freeze_suggestion
+    from ortcompile.readback.hints import freeze_suggestion
 
     try:
         return freeze_suggestion(onnx.load_model(str(source.absolute()), load_external_data=False))
@@ -264,18 +265,6 @@ def _cpu_can_load(source: Path) -> bool:
     except Exception:
         return False
     return True
-
-
-def tiny_static_model() -> Any:
-    """y = x + x on float[1, 8]: every EP takes it. Used to probe and to warm up EPs."""
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
 
 
 def ep_supports_write_callback(ep: ResolvedEp) -> bool:

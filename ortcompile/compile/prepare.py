@@ -142,7 +142,7 @@ def _prepare_failed(exc: Exception, model_bytes: bytes, source: Path, pins: Pins
     except Exception:
         import onnx
 
-        from ortcompile.compile.freeze import freeze_suggestion
+        from ortcompile.readback.hints import freeze_suggestion
 
         shown = ", ".join(f"{k}={v}" for k, v in pins.named.items()) or "the given shapes"
         suggestion = freeze_suggestion(onnx.load_model(str(source), load_external_data=False)) or " (try other --fix-dim/--fix-shape values)"

@@ -34,7 +34,7 @@ from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
-    from ortcompile.eps.registry import ResolvedEp
+    from ortcompile.eps.resolved import ResolvedEp
 
 _HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -115,7 +115,7 @@ def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
     """Create the EP with these options and compile the one-node model (what a real compile does first)."""
     import onnxruntime as ort
 
-    from ortcompile.compile.ortstep import tiny_static_model
+    from ortcompile.onnxfacts import tiny_static_model
 
     model = tiny_static_model().SerializeToString()
     error = None
@@ -170,11 +170,11 @@ def validate_options(ep: ResolvedEp, user_options: dict[str, str], explicit_targ
            ep.target.name if ep.target else None)
     if key not in _CACHE:
         user = {k: v for k, v in user_options.items() if k in ep.options}
-        _CACHE[key] = _check_in_child(ep, user_options, explicit_target) if isolate else _check(ep, user, explicit_target)
+        _CACHE[key] = _check_in_child(ep, user_options, explicit_target) if isolate else check_options(ep, user, explicit_target)
     return found + _CACHE[key]
 
 
-_MARK = "ortcompile-validate: "
+MARK = "ortcompile-validate: "
 
 
 def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool) -> list[str]:
@@ -216,7 +216,7 @@ def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     import signal
     import subprocess
 
-    code = "from ortcompile.eps.validate import _child_main; _child_main()"
+    code = "from ortcompile.eps.probechild import main; main()"
     spec = {**spec, "parent": os.getpid()}
     try:
         child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
@@ -224,49 +224,14 @@ def _run_child(spec: dict) -> tuple[dict, str | None, str]:
         return {}, "no answer within 600 s", ""
     if spec["verbose"] and child.stderr:
         sys.stderr.write(child.stderr)
-    answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
+    answers = [line[len(MARK):] for line in child.stdout.splitlines() if line.startswith(MARK)]
     if child.returncode != 0 or not answers:
         how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
         return {}, how, child.stderr
     return json.loads(answers[-1]), None, child.stderr
 
 
-def _child_main() -> None:
-    """Child side of _check_in_child and probe_library: resolve as the parent did and probe, or register the
-    library; answer with one JSON line on stdout."""
-    import json
-    import warnings
-
-    from ortcompile import native
-    from ortcompile.eps.discovery import library_info
-    from ortcompile.eps.registry import devices_of, mark_crash_contained, register, resolve
-    from ortcompile.errors import OrtCompileError
-    from ortcompile.worker import die_with_parent
-
-    spec = json.loads(sys.argv[1])
-    die_with_parent(spec["parent"])
-    mark_crash_contained()
-    if spec["verbose"]:
-        native.set_ort_log_level(True)
-    try:
-        if spec.get("probe") == "library":
-            info = library_info(spec["ep"], spec["library"])
-            register(info)
-            answer: dict = {"devices": len(devices_of(info))}  # listing them runs the library's factories too
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                resolved = resolve(spec["ep"], spec["options"], target=spec["target"], library=spec["library"])
-            user = {k: v for k, v in spec["options"].items() if k in resolved.options}
-            answer = {"warnings": _check(resolved, user, spec["target"] is not None)}
-    except OrtCompileError as exc:
-        answer = {"error": {"class": type(exc).__name__, "message": exc.message, "detail": exc.detail}}
-    sys.stdout.write(_MARK + json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors
-
-
-def _check(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
+def check_options(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
     info = ep.info
     doing = f"compile for target {ep.target.name}" if ep.target is not None and explicit_target else "start"
     # The baseline goes first: after a device it failed to create, QNN's next EP without an explicit

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epstep import EpRequest
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
@@ -97,7 +97,7 @@ def _switch_hint(source: Path) -> str:
     """A model that switches networks on an input often loads once specialized on it: say how."""
     import onnx
 
-    from ortcompile.compile.freeze import freeze_suggestion
+    from ortcompile.readback.hints import freeze_suggestion
 
     try:
         return freeze_suggestion(onnx.load_model(str(source), load_external_data=False)).removeprefix("; ")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ortcompile.compile.epstep import EpRequest
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.progress import Reporter
 

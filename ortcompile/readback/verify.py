@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
 from ortcompile.paths import not_a_model_file
 from ortcompile.plan.shapes import resolve_pins
@@ -146,9 +146,7 @@ def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
 
 
 def _precision(resolved: eps.ResolvedEp, source: SourceModel) -> str:
-    from ortcompile.compile.job import ep_precision
-
-    return ep_precision(resolved, source)
+    return ep_precision(resolved, source.op_counts)
 
 
 def _ep_request(ep: str | None, integrity: ManifestStatus, compiled: Path) -> EpRequest:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, UsageError
 
 if TYPE_CHECKING:
