@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS
+from ortcompile.errors import UsageError
 from ortcompile.layout import LayoutPolicy
 
 EmbedPolicy = Literal["auto", "always", "never"]
@@ -61,8 +63,6 @@ class CompileOptions:
     compatibility: bool = False  # ask ONNX Runtime whether the output fits the devices here (a child process, ~0.3 s; --json)
 
     def __post_init__(self) -> None:
-        from ortcompile.errors import UsageError
-
         if self.check not in (*CHECK_MODES, "auto"):
             raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}, auto")
         # --max-context-size 0 was the default (1 GiB) in disguise, while --partition 0 was refused: both are refused
@@ -92,14 +92,10 @@ class CompileOptions:
 def _require_positive(value: int | None, what: str) -> None:
     """None means "the default"; a number must mean itself."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        from ortcompile.errors import UsageError
-
         raise UsageError(f"{what} must be a positive whole number (None for the default), not {value!r}")
 
 
 def _names_cpu_ep(ep: str) -> bool:
-    from ortcompile.eps.catalog import KNOWN_EPS
-
     return ep.strip().lower() in KNOWN_EPS["cpu"].names()
 
 
@@ -136,8 +132,6 @@ class CompileResult:
     def cpu_nodes(self) -> int | None:
         """Nodes that run on the CPU EP: as the pre-publish check's session placed them; without a check, the nodes
         a compiling EP (or the CPU EP) left in the graph; None when that cannot say (a pass-through GPU EP)."""
-        from ortcompile.eps.catalog import CPU_EP
-
         placement = (self.check or {}).get("placement")
         if placement:
             return sum(placement.get(CPU_EP, {}).values())

@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ortcompile.errors import CompilationFailed
+from ortcompile.native import NativeOutputFilter, reset_peak_rss, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
 
 _PR_SET_PDEATHSIG = 1
@@ -308,8 +309,6 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     native_filter = _native_output_to_stderr(verbose)
-    from ortcompile.native import reset_peak_rss, set_ort_log_level
-
     set_ort_log_level(verbose)
     import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
     import onnx  # noqa: F401
@@ -354,15 +353,11 @@ def _native_output_to_stderr(verbose: bool) -> Any:
     """The child writes nothing to stdout (the parent's --json goes there): EP banners and ORT's log go to stderr,
     cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to close before exiting."""
     if verbose:
-        from ortcompile.native import NativeOutputFilter
-
         return NativeOutputFilter()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     return None
 
 
 def _peak_rss() -> int:
-    from ortcompile.native import vm_hwm_bytes
-
     return vm_hwm_bytes() or 0
 

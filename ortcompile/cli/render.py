@@ -6,6 +6,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ortcompile.eps.catalog import short_name_for
+
 
 def plural(count: int, noun: str) -> str:
     """'1 file', '2 files': counts in messages read as English."""
@@ -120,8 +122,6 @@ def compile_placement(result: dict[str, Any]) -> list[str]:
     lines = [f"{name}: {ep} runs {plural(sum(ops.values()), 'node')} ({_ops(ops)}{compiled if 'EPContext' in ops else ''})"
              for ep, ops in _ep_first(placement, result["ep"])]
     if result["epcontext_nodes"] and result["remaining_ops"]:
-        from ortcompile.eps.catalog import short_name_for
-
         why = f"ortcompile inspect {shlex.quote(result['source'])} --placement --ep {short_name_for(result['ep'])}"
         lines.append(f"{name}: {result['ep']} refused {_ops(result['remaining_ops'])}; they run on the CPU EP ('{why}' shows its reasons)")
     return lines

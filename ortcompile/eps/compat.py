@@ -16,6 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.eps.discovery import lookup
+from ortcompile.eps.registry import devices_of, register
+from ortcompile.eps.targets import QNN_TARGETS, describe_device
+from ortcompile.eps.validate import captured_native_output
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
 from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
 
@@ -86,8 +90,6 @@ def decode_info(ep_name: str, info: str) -> dict[str, Any] | None:
     if ep_name == "QNNExecutionProvider" and info.startswith("v2:"):
         parts = info.split(":")  # v2:<backend id>:<QNN SDK>:<backend API>:<htp archs>:<soc models>:<vtcm MBs>:<user driver>
         if len(parts) == 8:
-            from ortcompile.eps.targets import QNN_TARGETS
-
             socs = [int(s) for s in parts[5].split(",") if s.isdigit()]
             names = [next((t.name for t in QNN_TARGETS if t.option_dict.get("soc_model") == str(s)), None) for s in socs]
             return {"format": "qnn-v2", "backend_id": parts[1], "qnn_sdk": parts[2], "backend_api": parts[3],
@@ -162,11 +164,6 @@ def _child_main() -> None:
 
 def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibility:
     from onnxruntime.capi import _pybind_state as binding
-
-    from ortcompile.eps.discovery import lookup
-    from ortcompile.eps.registry import devices_of, register
-    from ortcompile.eps.targets import describe_device
-    from ortcompile.eps.validate import captured_native_output
 
     try:
         ep = lookup(ep_name)

@@ -28,9 +28,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ortcompile import errors, native
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
+from ortcompile.onnxfacts import tiny_static_model
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
@@ -87,8 +89,6 @@ def parse_log(text: str) -> list[LogLine]:
 def captured_native_output() -> Iterator[io.StringIO]:
     """File descriptor 2 (ONNX Runtime's log) into the yielded buffer while native code runs; fd 1 (SDK banners
     printed with printf) is captured apart and dropped. Both are shown on stderr afterwards under -v."""
-    from ortcompile import native
-
     sink = io.StringIO()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -114,8 +114,6 @@ def captured_native_output() -> Iterator[io.StringIO]:
 def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
     """Create the EP with these options and compile the one-node model (what a real compile does first)."""
     import onnxruntime as ort
-
-    from ortcompile.onnxfacts import tiny_static_model
 
     model = tiny_static_model().SerializeToString()
     error = None
@@ -178,9 +176,6 @@ MARK = "ortcompile-validate: "
 
 
 def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool) -> list[str]:
-
-    from ortcompile import errors, native
-
     spec = {"ep": ep.info.ep_name, "library": ep.info.library, "options": user_options, "verbose": native._show_native_output,
             "target": ep.target.name if ep.target is not None and explicit_target else None}
     answer, crash, log = _run_child(spec)
@@ -198,8 +193,6 @@ def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_targe
 def probe_library(info: EpInfo) -> None:
     """Register `info.library` (a plugin library given by path) in a child process first: EpUnavailable (exit 2)
     naming the library when loading it kills the child (a truncated or damaged file) or fails."""
-    from ortcompile import errors, native
-
     spec = {"probe": "library", "ep": info.ep_name, "library": info.library, "verbose": native._show_native_output}
     answer, crash, log = _run_child(spec)
     if crash is not None:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
+from ortcompile.eps.discovery import library_info
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
 from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
@@ -97,8 +98,6 @@ def _load_json(path: Path) -> dict[str, Any]:
 def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
     """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
     if options.ep_library:
-        from ortcompile.eps.discovery import library_info
-
         return library_info(options.ep, options.ep_library)
     if options.ep.strip().lower() != "auto":
         return eps.lookup(options.ep)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.eps.compat import METADATA_PREFIX, decode_info
 from ortcompile.errors import InvalidModel, first_line
 from ortcompile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
 from ortcompile.onnxfacts import (
@@ -171,8 +172,6 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
 
 def _compatibility(model: Any) -> dict[str, Any]:
     """What each EP wrote about the hardware it compiled for (ORT metadata `ep_compatibility_info.<EP>`), decoded."""
-    from ortcompile.eps.compat import METADATA_PREFIX, decode_info
-
     infos = {p.key[len(METADATA_PREFIX):]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)}
     return {ep: {"info": info, "decoded": decode_info(ep, info)} for ep, info in sorted(infos.items())}
 

@@ -21,6 +21,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
+from ortcompile.native import native_output_shown
 from ortcompile.paths import not_a_model_file
 from ortcompile.plan.shapes import resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
@@ -30,6 +31,8 @@ from ortcompile.readback.inspect import inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 from ortcompile.readback.parity import ParityReport, ParityRequest, run_parity
 from ortcompile.run.load import recorded_ep_options
+from ortcompile.run.sessions import probe_load
+from ortcompile.worker import fresh_worker
 
 VERIFY_FORMAT = "ortcompile-verify/2"
 
@@ -138,9 +141,6 @@ def verify_model(
 
 
 def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
-    from ortcompile.native import native_output_shown
-    from ortcompile.worker import fresh_worker
-
     with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
         return worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
 
@@ -163,8 +163,6 @@ def _ep_request(ep: str | None, integrity: ManifestStatus, compiled: Path) -> Ep
 
 def _require_loadable_shared_context(compiled: Path, resolved: eps.ResolvedEp, dims: dict[str, int]) -> None:
     """Part of a --share-weights batch: QNN's simulator segfaults loading a shared context; say so, in one line."""
-    from ortcompile.run.sessions import probe_load
-
     why = probe_load(compiled, resolved.info.short_name, resolved.options, dims)
     if why:
         raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortcompile import eps
 from ortcompile.eps import CPU_EP, ResolvedEp
-from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, ort_reason
+from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
 from ortcompile.native import configure_session_logging, native_stdout_to_stderr
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
@@ -136,9 +137,6 @@ def _probe_main() -> None:
     import json
     import os
     import sys
-
-    from ortcompile import eps
-    from ortcompile.errors import first_line
 
     spec = json.loads(sys.argv[1])
     try:
