@@ -5,7 +5,7 @@ The obvious `InferenceSession(path, providers=["QNNExecutionProvider"])` fails: 
 The manifest beside the model says which EP, options and target it was compiled with; without one, the
 EPContext nodes' `source` attribute names the EP. A recorded option that would load a library is ignored
 (docs/security.md): whoever can edit an output's files must not choose code for the caller's process. The
-model is checked by the path-safety rule compiles use (compile/source.py) before ONNX Runtime opens it.
+model is checked by the path-safety rule compiles use (plan/source.py) before ONNX Runtime opens it.
 Nothing here imports onnxruntime until it is called.
 """
 
