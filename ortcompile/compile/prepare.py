@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.freeze import freeze_inputs
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.native import native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
 from ortcompile.paths import model_dir
 from ortcompile.plan.shapes import Pins, apply_pins, value_dims
@@ -114,14 +115,10 @@ def _optimize(model_bytes: bytes, source: Path, prepared: Path, inline_threshold
 def _cpu_options(source: Path, optimize: bool) -> Any:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    configure_session_logging(options)
     level = ort.GraphOptimizationLevel
-    options.graph_optimization_level = level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL
     # The pinned graph is passed as bytes: its external data is found in the source's own directory.
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir(source)))
-    options.add_session_config_entry(LEAN_CONFIG, "1")
-    return options
+    return session_options(None, config={"session.model_external_initializers_file_folder_path": str(model_dir(source)), LEAN_CONFIG: "1"},
+                           graph_optimization_level=level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL)
 
 
 def _load(model: bytes | str, options: Any) -> None:

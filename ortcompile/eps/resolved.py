@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,10 +30,11 @@ class ResolvedEp:
     def name(self) -> str:
         return self.info.ep_name
 
-    def configure(self, session_options: ort.SessionOptions) -> None:
+    def configure(self, session_options: ort.SessionOptions, provider_options: Mapping[str, str] | None = None) -> None:
+        """Add the EP (its devices; `provider_options`, else its resolved options) to `session_options`."""
         if self.info.ep_name == CPU_EP:
             return  # the CPU EP is always there; adding it explicitly changes nothing
-        session_options.add_provider_for_devices(self.devices, self.options)
+        session_options.add_provider_for_devices(self.devices, dict(self.options if provider_options is None else provider_options))
 
     def target_record(self) -> dict[str, Any] | None:
         """What the manifest records: the target's name and options, and the device compiled for."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from ortcompile import errors, native
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
 from ortcompile.onnxfacts import tiny_static_model
 
@@ -118,14 +119,12 @@ def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
     model = tiny_static_model().SerializeToString()
     error = None
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch, captured_native_output() as log:
-        session_options = ort.SessionOptions()
-        session_options.log_severity_level = 2  # warnings: where EPs say a value is not valid
-        if ep.info.ep_name != CPU_EP:
-            session_options.add_provider_for_devices(ep.devices, options)
-        session_options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        # log severity 2, warnings: where EPs say a value is not valid
+        probe_options = session_options(ep, config={"ep.context_file_path": str(Path(scratch) / "probe_ctx.onnx")}, provider_options=options,
+                                        log_severity=2)
         flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if ep.info.compiles else ort.OrtCompileApiFlags.NONE
         try:
-            compiler = ort.ModelCompiler(session_options, model, flags=flags)
+            compiler = ort.ModelCompiler(probe_options, model, flags=flags)
             compiler.compile_to_stream(io.BytesIO().write)
         except Exception as exc:  # the EP's reason, whatever its type
             error = str(exc)

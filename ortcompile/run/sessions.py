@@ -18,8 +18,9 @@ from typing import Any
 
 from ortcompile import eps
 from ortcompile.eps import CPU_EP, ResolvedEp
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.native import native_stdout_to_stderr
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
@@ -38,21 +39,6 @@ _UNREADABLE = ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does n
 class TimedSession:
     session: Any  # onnxruntime.InferenceSession
     seconds: float
-
-
-def session_options(ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, config: Mapping[str, str] | None = None) -> Any:
-    """SessionOptions for `ep` (None: the CPU EP) with symbolic dims pinned and extra config entries."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    configure_session_logging(options)
-    if ep is not None:
-        ep.configure(options)
-    for name, value in (dims or {}).items():
-        options.add_free_dimension_override_by_name(name, value)
-    for key, value in (config or {}).items():
-        options.add_session_config_entry(key, value)
-    return options
 
 
 def open_session(model: Path | bytes, ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, *,
