@@ -17,14 +17,16 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import signal
 import subprocess
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from ortcompile.errors import CompilationFailed
 from ortcompile.native import NativeOutputFilter, reset_peak_rss, set_ort_log_level, vm_hwm_bytes
@@ -336,6 +338,44 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     if native_filter is not None:
         native_filter.close()
     os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """How a one-shot child ended: its answer (the last marked JSON line on stdout), or how it died without one."""
+
+    answer: dict[str, Any] | None
+    crash: str | None  # "SIGSEGV", "exit code 3", "no answer within 600 s"; None when it answered
+    stderr: str
+    returncode: int | None  # None: it was killed for the timeout
+
+    @property
+    def killed_by_signal(self) -> bool:
+        return self.returncode is not None and self.returncode < 0
+
+
+def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float) -> ChildRun:
+    """Run `main` ("package.module:function") in a fresh interpreter with `spec` as JSON in argv[1]: a crash in native
+    code there ends the child, never ortcompile. The child answers with `answer_parent(mark, ...)`."""
+    module, function = main.split(":")
+    code = f"from {module} import {function}; {function}()"
+    try:
+        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ChildRun(None, f"no answer within {timeout:.0f} s", "", None)
+    answers = [line[len(mark):] for line in child.stdout.splitlines() if line.startswith(mark)]
+    if child.returncode != 0 or not answers:
+        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
+        return ChildRun(None, how, child.stderr, child.returncode)
+    return ChildRun(json.loads(answers[-1]), None, child.stderr, child.returncode)
+
+
+def answer_parent(mark: str, answer: dict[str, Any]) -> NoReturn:
+    """The child side of run_child: one marked JSON line on stdout, then leave without EP teardown (some plugins
+    abort in their static destructors)."""
+    sys.stdout.write(mark + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
 
 
 def die_with_parent(parent_pid: int) -> None:

@@ -68,9 +68,10 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("ortcompile.compile.finish", "ortcompile.readback.given"): IF_CHANGED,
     ("ortcompile.compile.finish", "ortcompile.readback.parity"): IF_CHANGED,
     ("ortcompile.compile.finish", "ortcompile.readback.verify"): IF_CHANGED,
+    ("ortcompile.compile.job", "ortcompile.compile.parts"): "--if-changed: split, stitch and the parts plan load only for --partition",
     ("ortcompile.compile.ortstep", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
     ("ortcompile.compile.prepare", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
-    ("ortcompile.compile.split", "ortcompile.readback.feeds"): IF_CHANGED + " (through compile/parts.py)",
+    ("ortcompile.compile.split", "ortcompile.readback.feeds"): "--if-changed: only the --input check of a --partition split needs numpy and onnx",
 }
 
 

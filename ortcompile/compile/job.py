@@ -27,7 +27,6 @@ from ortcompile.compile.epstep import EpStep, EpStepOutput, ep_starts, run_ep_st
 from ortcompile.compile.finish import Built, Finished, FinishPlan, ManifestPlan, finish, open_destination, stage_graph, versions
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
-from ortcompile.compile.parts import partitioned_stitch
 from ortcompile.eps.compat import check_compatibility
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
@@ -141,6 +140,8 @@ class CompileJob:
             digest = digester.submit(digest_inputs_in_background, plan.source.path.absolute(), plan.source.external_files)
             with Staging(plan.output_dir) as staging:
                 if plan.options.partition is not None:  # split, compile the parts, stitch: the stitch is what finish publishes
+                    from ortcompile.compile.parts import partitioned_stitch  # see LAZY_IMPORTS (--if-changed)
+
                     stitch = self._guarded(lambda: partitioned_stitch(plan, staging.path, self.reporter, self.timings, self.created_dirs, compile_model))
                     built = self._guarded(lambda: stitch.build(staging.path))
                     return stitch.result(built, finish([built], staging, workers, [digest])[0])

@@ -4,7 +4,6 @@ answer with one JSON line on stdout. A crash here kills only this child (the par
 from __future__ import annotations
 
 import json
-import os
 import sys
 import warnings
 
@@ -13,7 +12,7 @@ from ortcompile.eps.discovery import library_info
 from ortcompile.eps.registry import devices_of, register, resolve
 from ortcompile.eps.validate import MARK, check_options
 from ortcompile.errors import OrtCompileError
-from ortcompile.worker import die_with_parent, mark_crash_contained
+from ortcompile.worker import answer_parent, die_with_parent, mark_crash_contained
 
 
 def main() -> None:
@@ -37,6 +36,4 @@ def main() -> None:
             answer = {"warnings": check_options(resolved, user, spec["target"] is not None)}
     except OrtCompileError as exc:
         answer = {"error": {"class": type(exc).__name__, "message": exc.message, "detail": exc.detail}}
-    sys.stdout.write(MARK + json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors
+    answer_parent(MARK, answer)

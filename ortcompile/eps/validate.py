@@ -34,6 +34,7 @@ from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
 from ortcompile.onnxfacts import tiny_static_model
+from ortcompile.worker import run_child
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
@@ -204,23 +205,11 @@ def probe_library(info: EpInfo) -> None:
 
 def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     """(answer, how it crashed or None, its stderr)."""
-    import json
-    import signal
-    import subprocess
-
-    code = "from ortcompile.eps.probechild import main; main()"
     spec = {**spec, "parent": os.getpid()}
-    try:
-        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        return {}, "no answer within 600 s", ""
-    if spec["verbose"] and child.stderr:
-        sys.stderr.write(child.stderr)
-    answers = [line[len(MARK):] for line in child.stdout.splitlines() if line.startswith(MARK)]
-    if child.returncode != 0 or not answers:
-        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
-        return {}, how, child.stderr
-    return json.loads(answers[-1]), None, child.stderr
+    run = run_child("ortcompile.eps.probechild:main", spec, MARK, timeout=600)
+    if spec["verbose"] and run.stderr:
+        sys.stderr.write(run.stderr)
+    return run.answer or {}, run.crash, run.stderr
 
 
 def check_options(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
