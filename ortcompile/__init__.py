@@ -12,7 +12,7 @@ from ortcompile.version import __version__
 if TYPE_CHECKING:
     from ortcompile.compile.buffers import CompiledArtifact, compile_to_buffers, open_session
     from ortcompile.compile.job import compile_model
-    from ortcompile.compile.layout import LayoutPolicy
+    from ortcompile.layout import LayoutPolicy
     from ortcompile.options import CompileOptions, CompileResult
     from ortcompile.run.load import load_session
 
@@ -20,7 +20,7 @@ _LAZY = {
     "CompileOptions": "ortcompile.options",
     "CompileResult": "ortcompile.options",
     "compile_model": "ortcompile.compile.job",
-    "LayoutPolicy": "ortcompile.compile.layout",
+    "LayoutPolicy": "ortcompile.layout",
     "CompiledArtifact": "ortcompile.compile.buffers",
     "compile_to_buffers": "ortcompile.compile.buffers",
     "open_session": "ortcompile.compile.buffers",

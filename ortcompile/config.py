@@ -26,7 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.configkeys import KEYS, bad_value, library_keys, toml_key
+from ortcompile.eps.catalog import short_name_for
 from ortcompile.errors import OrtCompileWarning, UsageError
+from ortcompile.layout import LayoutPolicy
+from ortcompile.options import CompileOptions, PartitionOptions
+from ortcompile.plan.source import read_source
 from ortcompile.trust import why_untrusted
 
 if sys.version_info >= (3, 11):
@@ -294,8 +298,6 @@ class ModelSettings:
 
 def builtin_values() -> dict[str, Any]:
     """The built-in defaults, in the form merge() takes (what the command's options default to)."""
-    from ortcompile.options import CompileOptions
-
     options = CompileOptions()
     return {"ep": options.ep, "ep_options": {}, "target": options.target, "ep_library": options.ep_library,
             "inline_threshold": options.layout.inline_threshold, "align": options.layout.align,
@@ -323,8 +325,6 @@ def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str
 
 
 def _ep_key(name: str) -> str:
-    from ortcompile.eps.catalog import short_name_for
-
     return short_name_for(name.strip())
 
 
@@ -366,16 +366,11 @@ def settings_for_models(config: Config, models: Sequence[str | os.PathLike[str]]
 
 def symbolic_dims(model: str) -> set[str]:
     """The model's named input dims (reads its graph proto, never its weights' files)."""
-    from ortcompile.compile.source import read_source
-
     return read_source(Path(model)).symbolic_dims
 
 
 def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
     """CompileOptions from merged settings (and any other CompileOptions field in `rest`)."""
-    from ortcompile.compile.layout import LayoutPolicy
-    from ortcompile.options import CompileOptions, PartitionOptions
-
     parts = values["partition"], values["max_context_size"]
     return CompileOptions(
         ep=values["ep"],

@@ -13,6 +13,7 @@ from typing import Any
 
 from ortcompile.eps.catalog import loads_library
 from ortcompile.errors import UsageError, shorten
+from ortcompile.layout import MAX_ALIGN
 from ortcompile.onnxfacts import INT64_MAX
 from ortcompile.sizes import parse_size
 
@@ -66,8 +67,6 @@ def _positive_size(value: Any, where: str, base: Path) -> int:
 
 
 def _align(value: Any, where: str, base: Path) -> int:
-    from ortcompile.compile.layout import MAX_ALIGN
-
     size = _size(value, where, base)
     if size <= 0 or size & (size - 1) or size > MAX_ALIGN:
         raise bad_value(where, f"expected a power of two up to 16 MiB, not {value!r}")

@@ -198,3 +198,9 @@ class NativeOutputFilter:
         os.dup2(null, 1)
         os.dup2(null, 2)
         self._thread.join(timeout)
+
+
+def available_memory() -> int:
+    """MemAvailable (Linux), else the physical memory: what parts may use by default."""
+    available = proc_kib_field("/proc/meminfo", "MemAvailable")
+    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

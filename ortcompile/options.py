@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from ortcompile.compile.layout import LayoutPolicy
-
-if TYPE_CHECKING:
-    from ortcompile.output.manifest import Manifest
-
+from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS
+from ortcompile.errors import UsageError
+from ortcompile.layout import LayoutPolicy
 
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
@@ -69,8 +67,6 @@ class CompileOptions:
     fallback: str = "off"  # --fallback auto: move the nodes the check finds diverging to the CPU EP and retry (compile/fallback.py)
 
     def __post_init__(self) -> None:
-        from ortcompile.errors import UsageError
-
         if self.check not in (*CHECK_MODES, "auto"):
             raise UsageError(f"check mode {self.check!r}: expected one of {', '.join(CHECK_MODES)}, auto")
         # --max-context-size 0 was the default (1 GiB) in disguise, while --partition 0 was refused: both are refused
@@ -106,14 +102,10 @@ class CompileOptions:
 def _require_positive(value: int | None, what: str) -> None:
     """None means "the default"; a number must mean itself."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-        from ortcompile.errors import UsageError
-
         raise UsageError(f"{what} must be a positive whole number (None for the default), not {value!r}")
 
 
 def _names_cpu_ep(ep: str) -> bool:
-    from ortcompile.eps.catalog import KNOWN_EPS
-
     return ep.strip().lower() in KNOWN_EPS["cpu"].names()
 
 
@@ -143,19 +135,6 @@ class CompileResult:
     compatibility: dict[str, Any] | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
     fallback: dict[str, Any] | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
 
-    @classmethod
-    def from_manifest(cls, source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
-        """The result of a compile that found its output current and did nothing."""
-        return cls(
-            source=source, output_dir=output_dir, model=manifest.model, ep=manifest.versions.ep_name,
-            ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
-            epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
-            graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
-            inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
-            inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
-            compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
-        )
-
     @property
     def model_path(self) -> Path:
         return self.output_dir / self.model
@@ -164,8 +143,6 @@ class CompileResult:
     def cpu_nodes(self) -> int | None:
         """Nodes that run on the CPU EP: as the pre-publish check's session placed them; without a check, the nodes
         a compiling EP (or the CPU EP) left in the graph; None when that cannot say (a pass-through GPU EP)."""
-        from ortcompile.eps.catalog import CPU_EP
-
         placement = (self.check or {}).get("placement")
         if placement:
             return sum(placement.get(CPU_EP, {}).values())

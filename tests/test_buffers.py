@@ -35,8 +35,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import CompileOptions, LayoutPolicy, compile_model, compile_to_buffers, open_session
 from ortcompile.compile.buffers import CompiledArtifact, EpContextNotInMemory, planned_capacity
-from ortcompile.compile.source import read_source
 from ortcompile.errors import CompilationFailed, UsageError
+from ortcompile.plan.source import read_source
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE

@@ -53,7 +53,7 @@ _MEASURED_CHILD = textwrap.dedent(
     model, feeds_path, out_path = sys.argv[1:4]
     from ortcompile import LayoutPolicy, compile_to_buffers, open_session
     from ortcompile.compile.buffers import planned_capacity
-    from ortcompile.compile.source import read_source
+    from ortcompile.plan.source import read_source
 
     planned = planned_capacity(read_source(__import__("pathlib").Path(model)), LayoutPolicy())
     clock = time.perf_counter()

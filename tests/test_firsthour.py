@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
-from ortcompile.compile.worker import ChildTraceback, Worker
 from ortcompile.sizes import format_size
+from ortcompile.worker import ChildTraceback, Worker
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Fuzzing the model reader and the path checks (issue 4): `ortcompile.compile.source.read_source` (input validation before
+"""Fuzzing the model reader and the path checks (issue 4): `ortcompile.plan.source.read_source` (input validation before
 a compile) and `ortcompile.readback.inspect.inspect_model` (which must work on any model, broken or hostile).
 
 The only allowed outcomes are a result or an `OrtCompileError` (which the CLI turns into one line and an exit code);
@@ -37,8 +37,8 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from genmodels import cli_env, error_lines, external_mlp, initializer, run_cli, set_external  # noqa: E402
 
-from ortcompile.compile.source import read_source  # noqa: E402
 from ortcompile.errors import OrtCompileError  # noqa: E402
+from ortcompile.plan.source import read_source  # noqa: E402
 from ortcompile.readback.inspect import inspect_model  # noqa: E402
 
 BUGS = "/tmp/ortcompile-bugs"

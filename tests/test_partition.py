@@ -265,7 +265,7 @@ def test_the_check_never_takes_a_spare_worker_a_parts_thread_started() -> None:
     parts compile in pool threads, and a part's worker retiring starts the spare; taken by the stitched model's check
     on the main thread, it was killed when the pool's threads ended: "crashed (SIGKILL) while running the compiled
     dynamic_ctx.onnx" (seen twice in test_partition_of_a_dynamic_model_without_pins_is_a_usage_error)."""
-    from ortcompile.compile.worker import expect_more_workers, fresh_worker, retire_worker
+    from ortcompile.worker import expect_more_workers, fresh_worker, retire_worker
 
     fresh_worker("drained", None, False).close()  # whatever spare this process holds: the thread below starts the next
     started, release = threading.Event(), threading.Event()

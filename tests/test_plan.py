@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from ortcompile.compile.layout import DataLayout, LayoutPolicy, Placement
 from ortcompile.errors import UsageError
+from ortcompile.layout import DataLayout, LayoutPolicy, Placement
 from ortcompile.naming import carries_digest, content_addressed, data_file_name
 
 MIB = 1 << 20

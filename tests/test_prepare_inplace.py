@@ -15,8 +15,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile.compile.prepare import prepare_model
-from ortcompile.compile.shapes import Pins
-from ortcompile.compile.source import read_source
+from ortcompile.plan.shapes import Pins
+from ortcompile.plan.source import read_source
 
 WEIGHT = (256, 256)  # 256 KiB of float32: over inplace.MIN_BYTES
 

@@ -1,4 +1,4 @@
-"""SessionPool (ortcompile.run.residency) on compiled models, with the real CPU and QNN EPs.
+"""SessionPool (ortcompile.bench.residency) on compiled models, with the real CPU and QNN EPs.
 
 What an LRU pool under a memory budget must do, checked at every step by `PoolAudit` against an independent
 model of the policy: a hit moves the model to the most-recently-used end; a miss evicts exactly the shortest
@@ -33,8 +33,8 @@ import pytest
 from helpers import FIXTURES, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
+from ortcompile.bench.residency import SessionPool, rss_bytes
 from ortcompile.errors import UsageError
-from ortcompile.run.residency import SessionPool, rss_bytes
 
 MiB = 1 << 20
 
@@ -532,7 +532,7 @@ def test_library_leaves_the_callers_ort_log_level_alone(tmp_path: Path) -> None:
     script = (
         "import onnxruntime as ort\n"
         "ort.set_default_logger_severity(0)\n"
-        "from ortcompile.run.residency import SessionPool\n"
+        "from ortcompile.bench.residency import SessionPool\n"
         "SessionPool(1 << 62, 'cpu')\n"
         f"ort.InferenceSession({str(FIXTURES / 'mlp.onnx')!r}, providers=['CPUExecutionProvider'])\n"
     )

@@ -27,9 +27,9 @@ import pytest
 from helpers import FIXTURES, assert_one_line_error, run_cli
 
 from ortcompile import CompileOptions, compile_model, compile_to_buffers
-from ortcompile.compile.shapes import MAX_DIM
 from ortcompile.errors import UsageError
 from ortcompile.options import PartitionOptions
+from ortcompile.plan.shapes import MAX_DIM
 from ortcompile.readback.verify import verify_model
 
 MLP = FIXTURES / "mlp.onnx"  # x: float[1, 256]

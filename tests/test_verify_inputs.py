@@ -33,7 +33,7 @@ from helpers import FIXTURES, qnn_session
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile.cli import main
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest
 from ortcompile.readback.compare import compare_output, criterion_for
 from ortcompile.readback.feeds import make_feeds, specs_from_model
 from ortcompile.readback.parity import ParityRequest, reference_outputs
@@ -402,7 +402,7 @@ _REFERENCE_ON_ANOTHER_CPU = """
 import sys
 import numpy as np, onnxruntime as ort
 from pathlib import Path
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest
 from ortcompile.readback.parity import ParityRequest, reference_outputs
 model, x = Path(sys.argv[1]), {"x": np.load(sys.argv[2])}
 [reference], _ = reference_outputs(model, [x], {}, ParityRequest(model, model, EpRequest("cpu"), "run").config)

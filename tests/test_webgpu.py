@@ -35,7 +35,7 @@ from helpers import FIXTURES, assert_one_line_error
 from onnx import TensorProto, helper, numpy_helper
 from test_residency import MiB, PoolAudit, Step, run_plan, trim_heap, warm_up
 
-from ortcompile.run.residency import SessionPool
+from ortcompile.bench.residency import SessionPool
 
 WEBGPU = "WebGpuExecutionProvider"
 # RSS margin on WebGPU (lavapipe: "device" memory is host memory, so it is in RSS): with a warm EP, the worst
@@ -238,7 +238,7 @@ import gc, json, os, sys
 import numpy as np
 import onnxruntime as ort
 from ortcompile.native import set_ort_log_level
-from ortcompile.run.residency import SessionPool
+from ortcompile.bench.residency import SessionPool
 set_ort_log_level(False, 0)  # what `bench --ort-log-level 0` does; before the EP is registered: the plugin keeps that level
 
 spec = json.loads(sys.argv[1])

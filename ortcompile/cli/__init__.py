@@ -14,6 +14,7 @@ import click
 
 from ortcompile.cli.output import Output, flush, library_warnings, output_options, report_exception, report_interrupt
 from ortcompile.errors import Interrupted
+from ortcompile.native import logging_settings
 from ortcompile.version import __version__
 
 
@@ -34,8 +35,6 @@ class OrtcompileGroup(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
         out = Output(as_json="--json" in argv, debug="--debug" in argv, verbose="-v" in argv or "--verbose" in argv)
-        from ortcompile.native import logging_settings
-
         with library_warnings(), logging_settings():
             try:
                 value = super().main(argv, prog_name or "ortcompile", complete_var, standalone_mode=False, obj=out, **extra)

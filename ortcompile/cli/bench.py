@@ -9,6 +9,8 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import ByteSize, KeyValue, criterion_options, criterion_settings, given_inputs, input_options, pairs
+from ortcompile.errors import UsageError, VerificationFailed
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("bench", short_help="Run compiled models as a pipeline through a memory-budgeted session pool.")
@@ -30,11 +32,9 @@ def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep:
             references: tuple[str, ...], input_args: tuple[str, ...], inputs_file: str | None, dims: tuple[tuple[str, str], ...],
             fix_dims: tuple[tuple[str, str], ...], seed: int, ort_log_level: int | None, precision: str | None, **criterion: Any) -> None:
     """Run MODELS as a pipeline through a session residency pool; check every output on every cycle (exit 5 on mismatch)."""
+    from ortcompile.bench.pipeline import run_pipeline
     from ortcompile.cli.render import bench_text, plural
-    from ortcompile.compile.shapes import parse_fix_dims
-    from ortcompile.errors import UsageError, VerificationFailed
-    from ortcompile.native import set_ort_log_level
-    from ortcompile.run.pipeline import run_pipeline
+    from ortcompile.plan.shapes import parse_fix_dims
 
     out = current()
     set_ort_log_level(out.verbose, ort_log_level)

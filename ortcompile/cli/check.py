@@ -7,6 +7,8 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
+from ortcompile.errors import VerificationFailed
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("check", short_help="Ask ONNX Runtime whether a compiled model fits the devices here.")
@@ -16,8 +18,6 @@ def command(model: str) -> None:
     """Ask ONNX Runtime whether compiled MODEL fits the devices present: optimal, prefer recompiling, not supported
     or unknown, per EP (exit 0 when usable, 5 when not supported or unknown: use the source model instead)."""
     from ortcompile.eps import check_compatibility
-    from ortcompile.errors import VerificationFailed
-    from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)

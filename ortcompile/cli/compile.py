@@ -12,6 +12,7 @@ from ortcompile.cli.params import ByteSize, criterion_options, criterion_setting
 from ortcompile.cli.shaping import check_scheduling, configured, shaping_options, take_shaping
 from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
+from ortcompile.native import set_ort_log_level
 
 if TYPE_CHECKING:
     from ortcompile.options import CompileResult
@@ -38,7 +39,6 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
             precision: str | None, **rest: Any) -> None:
     """Compile MODELS into EPContext models in OUTPUT_DIR (one at a time, atomically)."""
     from ortcompile.config import compile_options
-    from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)

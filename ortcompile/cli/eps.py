@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import click
 
+from ortcompile import eps
 from ortcompile.cli.output import current, output_options
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("eps", short_help="List execution providers, devices and compile targets.")
@@ -14,9 +16,6 @@ from ortcompile.cli.output import current, output_options
 def command(targets: bool, ep_name: str | None) -> None:
     """List execution providers, the devices they claim here, and whether they produce EPContext; with --targets,
     what each can compile for."""
-    from ortcompile import eps
-    from ortcompile.native import set_ort_log_level
-
     out = current()
     set_ort_log_level(out.verbose)
     if targets:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 
 from ortcompile.cli.output import current, output_options
+from ortcompile.errors import UsageError, VerificationFailed
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("inspect", short_help="Show what a model contains, from its graph proto alone.")
@@ -17,7 +19,6 @@ from ortcompile.cli.output import current, output_options
 def command(model: str, check: bool, placement: bool, lint: bool, ep: str | None) -> None:
     """Show what MODEL contains, from its graph proto alone (weights are never read)."""
     from ortcompile.cli.render import inspect_text, placement_text
-    from ortcompile.errors import UsageError, VerificationFailed
     from ortcompile.readback.inspect import inspect_model
     from ortcompile.readback.lint import lint_path
 
@@ -45,7 +46,6 @@ def lint_text(findings: list[dict[str, object]]) -> list[str]:
 
 
 def _placement(model: str, ep: str | None, verbose: bool) -> dict[str, object]:
-    from ortcompile.native import set_ort_log_level
     from ortcompile.readback.placement import inspect_placement
 
     set_ort_log_level(verbose)

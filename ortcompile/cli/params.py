@@ -6,6 +6,8 @@ from typing import Any
 
 import click
 
+from ortcompile.sizes import parse_size
+
 
 class ByteSize(click.ParamType):
     """A size such as 4096, 4K, 64MiB, 2G (K/M/G and KiB/MiB/GiB are powers of 1024; KB/MB/GB of 1000)."""
@@ -13,8 +15,6 @@ class ByteSize(click.ParamType):
     name = "SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        from ortcompile.sizes import parse_size
-
         size = parse_size(value)
         if size is None:
             self.fail(f"{value!r} is not a size (examples: 4096, 4K, 64MiB, 2G)", param, ctx)

@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from ortcompile.eps.catalog import short_name_for
 from ortcompile.sizes import format_size
 
 
@@ -116,8 +117,6 @@ def compile_placement(result: dict[str, Any]) -> list[str]:
     lines = [f"{name}: {ep} runs {plural(sum(ops.values()), 'node')} ({_ops(ops)}{compiled if 'EPContext' in ops else ''})"
              for ep, ops in _ep_first(placement, result["ep"])]
     if result["epcontext_nodes"] and result["remaining_ops"]:
-        from ortcompile.eps.catalog import short_name_for
-
         why = f"ortcompile inspect {shlex.quote(result['source'])} --placement --ep {short_name_for(result['ep'])}"
         pinned = (result.get("fallback") or {}).get("op_types")
         reason = f"kept off it: {', '.join(pinned)} (--cpu-nodes/--fallback); '{why}' shows the rest's reasons" if pinned else f"'{why}' shows its reasons"

@@ -83,7 +83,7 @@ def configured(models: list[str], shaping: dict[str, Any]) -> tuple[dict[str, di
 def command_line_values(shaping: dict[str, Any]) -> dict[str, Any]:
     """The shaping options as the config's merge takes them: repeated KEY=VALUE options as dicts, checked."""
     from ortcompile.compile.freeze import parse_freeze
-    from ortcompile.compile.shapes import parse_fix_dims, parse_fix_shapes
+    from ortcompile.plan.shapes import parse_fix_dims, parse_fix_shapes
 
     values = {name: shaping[name] for name in SHAPING_NAMES}
     values.update(cpu_nodes=tuple(shaping["cpu_nodes"]), ep_options=pairs(shaping["ep_options"]), fix_dims=parse_fix_dims(shaping["fix_dims"]),

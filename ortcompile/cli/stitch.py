@@ -6,6 +6,7 @@ import click
 
 from ortcompile.cli.compile import summary_line
 from ortcompile.cli.output import current, output_options
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("stitch", short_help="Join the compiled parts of a split model into one EPContext model.")
@@ -24,7 +25,6 @@ def command(plan: str, parts_dir: str, output_dir: str, check_mode: str, ep_libr
             verify: bool) -> None:
     """Join the parts PLAN (a <stem>.parts.json written by split) lists, compiled into --parts, into OUTPUT_DIR."""
     from ortcompile.compile.stitch import stitch_model
-    from ortcompile.native import set_ort_log_level
 
     out = current()
     set_ort_log_level(out.verbose)

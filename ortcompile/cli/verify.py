@@ -8,6 +8,7 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import KeyValue, criterion_options, criterion_settings, given_inputs, input_options
+from ortcompile.native import set_ort_log_level
 
 
 @click.command("verify", short_help="Check a compiled model's files and outputs against its source.")
@@ -30,8 +31,7 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
     unless given with --input/--inputs.
     """
     from ortcompile.cli.render import verify_text
-    from ortcompile.compile.shapes import parse_fix_dims
-    from ortcompile.native import set_ort_log_level
+    from ortcompile.plan.shapes import parse_fix_dims
     from ortcompile.readback.verify import verify_model
 
     out = current()

@@ -22,14 +22,15 @@ from typing import Any, Literal
 from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, Target, WrittenFile
 from ortcompile.compile.graphpass import embed_blobs, referenced_blobs
-from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.compile.ortstep import OrtCompile, compile_with_ort
 from ortcompile.compile.relayout import relayout
-from ortcompile.compile.shapes import dimension_overrides
-from ortcompile.compile.source import PROTOBUF_LIMIT, SourceModel, read_source
 from ortcompile.errors import CompilationFailed
+from ortcompile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD, DEFAULT_INLINE_THRESHOLD, DataLayout, LayoutPolicy
 from ortcompile.naming import OutputNames
 from ortcompile.onnxfacts import STRING, element_size, epcontext_nodes, graph_tensor_names, iter_tensors, stored_nbytes
+from ortcompile.plan.shapes import dimension_overrides
+from ortcompile.plan.source import PROTOBUF_LIMIT, SourceModel, read_source
+from ortcompile.run import sessions
 
 BlobFallback = Literal["error", "tempdir"]
 
@@ -208,8 +209,6 @@ def open_session(artifact: CompiledArtifact, ep: str | None = None, ep_options: 
 
     The session keeps a reference to the artifact: the buffers must outlive it.
     """
-    from ortcompile.run import sessions
-
     resolved = eps.resolve(ep or artifact.ep, ep_options or {})
     options = sessions.session_options(resolved, config={
         "session.use_external_initializer_file_buffers_directly": "1",

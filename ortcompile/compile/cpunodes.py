@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import UsageError
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.readback.lint import node_label

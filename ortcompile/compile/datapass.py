@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
-from ortcompile.compile.layout import DataLayout, Placement
+from ortcompile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
 from ortcompile.onnxfacts import element_count
 from ortcompile.output.digest import WrittenFile, hash_file_range

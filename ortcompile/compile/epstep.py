@@ -11,36 +11,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, FileSink
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.ortstep import NothingCompiled, OrtCompile, compile_with_ort, ep_compiles_anything
 from ortcompile.compile.prepare import PrepareSummary, prepare_model
 from ortcompile.compile.relayout import relayout
-from ortcompile.compile.shapes import Pins
-from ortcompile.compile.source import SourceModel
+from ortcompile.eps.request import EpRequest
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.output.digest import WrittenFile
+from ortcompile.plan.shapes import Pins
+from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter
 
 PREPARE_DIR = ".prepare"  # inside the staging directory: never published, removed with it
-
-
-@dataclass(frozen=True)
-class EpRequest:
-    """What `eps.resolve` needs, picklable: the worker child resolves the EP again in its own process
-    (the plan already validated the options, so the child does not ask the EP again)."""
-
-    name: str
-    options: dict[str, str] = field(default_factory=dict)
-    target: str | None = None
-    library: str | None = None
-
-    def resolve(self) -> eps.ResolvedEp:
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the plan reported them once
-            return eps.resolve(self.name, self.options, target=self.target, library=self.library)
 
 
 @dataclass(frozen=True)

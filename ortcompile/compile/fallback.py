@@ -21,25 +21,46 @@ import warnings
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ortcompile.compile.cpunodes import CpuPins, cpu_placement, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
-from ortcompile.compile.finish import finish
+from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
+from ortcompile.options import CompileResult
+from ortcompile.output.digest import InputDigest
 from ortcompile.output.publish import Staging
+from ortcompile.plan.planner import CompilePlan
+from ortcompile.progress import Reporter
+from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.lint import Finding, lint_model
 from ortcompile.readback.nextsteps import next_steps
+from ortcompile.worker import Workers
 
 if TYPE_CHECKING:
-    from ortcompile.compile.job import CompileJob, Workers
-    from ortcompile.options import CompileResult
-    from ortcompile.output.digest import InputDigest
     from ortcompile.readback.localize import Divergence
 
 MAX_ROUNDS = 3  # recompiles --fallback auto may add: each moves the nodes the last check found diverging
 FALLBACK_MODES = ("off", "auto")
+
+
+class CompileRound(Protocol):
+    """What the rounds need of the compile that drives them (compile/job.py's CompileJob): its plan, one build
+    into a stage, its result from what finish did, and the EP request to build with."""
+
+    plan: CompilePlan
+    reporter: Reporter
+    fallback: FallbackState | None
+    request_override: EpRequest | None
+
+    @property
+    def request(self) -> EpRequest: ...
+
+    def build(self, staging_dir: Path, workers: Workers) -> Built: ...
+
+    def result(self, built: Built, finished: Finished) -> CompileResult: ...
 
 
 @dataclass
@@ -87,49 +108,43 @@ def _db(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.1f} dB"
 
 
-def worst_snr(report: dict[str, Any] | None) -> float | None:
-    snrs = [o["snr_db"] for o in (report or {}).get("outputs", []) if o.get("snr_db") is not None]
-    return round(min(snrs), 1) if snrs else None
-
-
-def start_state(job: CompileJob) -> FallbackState:
+def start_state(job: CompileRound) -> FallbackState:
     """Resolve --cpu-nodes against the source and lint it for fp16 EPs (warnings before the long compile)."""
     import onnx
 
-    from ortcompile.compile.job import ep_precision  # job.py imports this module: a top-level import would be a cycle
-
-    options = job.options
-    fp16 = options.lint and ep_precision(job.ep, job.source) == "fp16"
+    plan = job.plan
+    options = plan.options
+    fp16 = options.lint and plan.precision == "fp16"
     if not (options.cpu_nodes or options.fallback == "auto" or fp16):
         return FallbackState(CpuPins())
-    model = onnx.load_model(str(job.source.path), load_external_data=False)
-    pins = resolve_cpu_nodes(model, options.cpu_nodes, job.source.path.name) if options.cpu_nodes else CpuPins()
-    require_supported(job.ep.name, options.ep_options, pins)
+    model = onnx.load_model(str(plan.source.path), load_external_data=False)
+    pins = resolve_cpu_nodes(model, options.cpu_nodes, plan.source.path.name) if options.cpu_nodes else CpuPins()
+    require_supported(plan.ep.name, options.ep_options, pins)
     if options.fallback == "auto":
-        require_supported(job.ep.name, options.ep_options, ("auto",), "--fallback auto")
+        require_supported(plan.ep.name, options.ep_options, ("auto",), "--fallback auto")
         if options.check in ("none", "load"):
             raise UsageError(f"--fallback auto moves the nodes the check finds diverging: it needs --check run or auto, not --check {options.check}")
     findings = lint_model(model) if fp16 else []
     for finding in findings:
         if finding.severity == "warning":
-            warnings.warn(f"{job.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
+            warnings.warn(f"{plan.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
         else:
             job.reporter.detail(f"fp16 lint: {finding.describe()}")
     return FallbackState(pins, findings)
 
 
-def run_rounds(job: CompileJob, workers: Workers, digest: Future[InputDigest]) -> CompileResult:
+def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest]) -> CompileResult:
     """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry."""
     state = start_state(job)
     job.fallback = state
-    base_request = job.request
+    base_request = job.plan.request
     for round_index in range(MAX_ROUNDS + 1):
-        with Staging(job.output_dir) as staging:
-            job.request = pinned_request(base_request, state.pins, staging.path)
+        with Staging(job.plan.output_dir) as staging:
+            job.request_override = pinned_request(base_request, state.pins, staging.path)
             built = job.build(staging.path, workers)
-            state.placement = cpu_placement(staging.path / job.names.model) if state.pins else {}
+            state.placement = cpu_placement(staging.path / job.plan.names.model) if state.pins else {}
             try:
-                return finish([built], staging, workers, [digest])[0]
+                return job.result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
                 if report is None or not _outputs_differ(report):
@@ -141,12 +156,12 @@ def run_rounds(job: CompileJob, workers: Workers, digest: Future[InputDigest]) -
                 for line in divergence_table(divergence):
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
-                if job.options.fallback != "auto" or more.op_types == state.pins.op_types or round_index == MAX_ROUNDS:
+                if job.plan.options.fallback != "auto" or more.op_types == state.pins.op_types or round_index == MAX_ROUNDS:
                     raise refusal(exc, divergence, job, state, more) from exc
                 job.reporter.stage(f"fallback: moving {', '.join(sorted(set(more.op_types) - set(state.pins.op_types)))} to the CPU EP")
                 state.pins = more
             finally:
-                job.request = base_request
+                job.request_override = None
         workers.renew()  # a fresh EP state for the next compile, as every compile gets
     raise AssertionError("unreachable")
 
@@ -161,18 +176,20 @@ def _worst_of(report: Any) -> float | None:
     return round(min(snrs), 1) if snrs else None
 
 
-def _localize(job: CompileJob, staging_dir: Path, workers: Workers, report: Any) -> Divergence:
+def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: Any) -> Divergence:
     """The diagnostic run in the worker child, on the graph the EP compiled, with this round's pins."""
-    from ortcompile.readback.criteria import Criterion
-    from ortcompile.readback.localize import Divergence, LocalizeRequest, localize_in_child
 
-    prepared = staging_dir / PREPARE_DIR / job.source.path.name
-    model = prepared if prepared.is_file() else job.source.path.absolute()
+    plan = job.plan
+    prepared = staging_dir / PREPARE_DIR / plan.source.path.name
+    model = prepared if prepared.is_file() else plan.source.path.absolute()
     seed = next((run["seed"] for run in report.runs if any(not o.get("ok", True) for o in run["outputs"])), 0)
-    dims = {} if model == prepared else job.pins.named  # the prepared graph has its dims pinned in it
-    request = LocalizeRequest(model, job.source.path.absolute(), job.request, Criterion(**report.criterion), dims, seed, job.given_inputs())
+    dims = {} if model == prepared else plan.pins.named  # the prepared graph has its dims pinned in it
+    from ortcompile.readback.localize import LocalizeRequest, localize_in_child  # see LAZY_IMPORTS (--if-changed)
+
+    request = LocalizeRequest(model, plan.source.path.absolute(), job.request, Criterion(**report.criterion), dims, seed,
+                              given_inputs(plan.options.freeze, plan.options.inputs))
     try:
-        return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {job.source.path.name}")
+        return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {plan.source.path.name}")
     except Exception as exc:  # only a diagnosis: never hide the check's own verdict
         return Divergence(error=str(getattr(exc, "message", exc)))
 
@@ -196,14 +213,14 @@ def next_pins(pins: CpuPins, divergence: Divergence, findings: list[Finding]) ->
     return pins.adding((ops[n] for n in known), known)
 
 
-def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence, job: CompileJob, state: FallbackState,
+def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence, job: CompileRound, state: FallbackState,
             more: CpuPins) -> CompilationFailed | VerificationFailed:
     """The check's error, with where the outputs start to differ and what to do next."""
     where = divergence.summary()
     nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r["node"] for r in divergence.first]
     if divergence.first and all(r["ep"] == CPU_EP for r in divergence.first):
         where += " (on the CPU EP already: what it reads comes wrong from the EP)"
-    if job.options.fallback == "auto":
+    if job.plan.options.fallback == "auto":
         tried = ", ".join(state.pins.op_types) or "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     elif nodes:
@@ -221,7 +238,8 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
 
 def divergence_table(divergence: Divergence, limit: int = 40) -> list[str]:
     """-v: node by node, where it ran and how far its output is from the CPU EP's (failing ones and their neighbours)."""
-    from ortcompile.readback.localize import describe_error
+
+    from ortcompile.readback.localize import describe_error  # see LAZY_IMPORTS (--if-changed)
 
     rows = divergence.rows
     lines = [f"  {'ok' if r['ok'] else 'DIFF':4} {r['node']} ({r['op_type']}, {r['ep'].removesuffix('ExecutionProvider')}): {describe_error(r)}"

@@ -1,8 +1,10 @@
 """finish: check -> manifest -> verify -> publish -> stamp, shared by every way an output is made.
 
 A single compile, a weight-sharing batch (published together) and a stitched partitioned model all end here, so
-nothing reaches an output directory by another road. What finish needs of the thing being finished is the
-`Finishing` protocol: CompileJob implements it for compiles, StitchJob (stitch.py) for stitched models.
+nothing reaches an output directory by another road. finish works from data: each `Built` carries its
+`FinishPlan` (where it goes, what the check and --verify do, what the manifest records), made by its driver
+from the frozen plan; finish never calls back into a job. It returns what it did (`Finished`); the driver makes
+the result from that.
 """
 
 from __future__ import annotations
@@ -11,58 +13,80 @@ import collections
 import os
 import time
 import warnings
-from concurrent.futures import Future
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
+from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
 from ortcompile.naming import OutputNames
-from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
-from ortcompile.output.manifest import Manifest, Versions
+from ortcompile.output.manifest import Manifest, Versions, file_entries
 from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
+from ortcompile.plan.planner import CheckPlan, VerifyPlan
 from ortcompile.progress import Reporter
 from ortcompile.version import __version__
+from ortcompile.worker import Workers
 
 if TYPE_CHECKING:
     from ortcompile import eps
-    from ortcompile.compile.epstep import EpRequest, EpStepOutput
-    from ortcompile.compile.graphpass import GraphSummary, StagedNames
-    from ortcompile.compile.job import Workers
+    from ortcompile.compile.epstep import EpStepOutput
 
 
-class Finishing(Protocol):
+@dataclass(frozen=True)
+class ManifestPlan:
+    """What the manifest records besides the files, the digest and the check: decided by the driver."""
+
+    versions: Versions
+    options: dict[str, Any]
+    source_ops: dict[str, int]  # the source's op counts: compiled ops = these minus the remaining ones
+    target: dict[str, Any] | None
+    parts: tuple[dict[str, Any], ...] | None = None  # a stitched model's parts
+    cpu_nodes: dict[str, Any] | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
+
+
+@dataclass(frozen=True)
+class FinishPlan:
+    """Everything finish needs to know of one output, as data."""
+
     names: OutputNames
     output_dir: Path
-    options: CompileOptions
+    inputs: list[Path]  # files the output must never overwrite
+    stamp_source: Path | None  # the source model, for --if-changed's stamp (None: no stamp)
+    force: bool
+    check: CheckPlan
+    verify: VerifyPlan | None
+    manifest: ManifestPlan
     reporter: Reporter
-    timings: dict[str, float]
-
-    @property
-    def inputs(self) -> list[Path]: ...  # files the output must never overwrite
-
-    @property
-    def stamp_source(self) -> Path | None: ...  # the source model, for --if-changed's stamp (None: no stamp)
-
-    def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]: ...
-
-    def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any], shared: set[str] | None) -> Manifest: ...
-
-    def verify(self, model: Path) -> None: ...
-
-    def result(self, built: Built, manifest: Manifest) -> CompileResult: ...
 
 
 @dataclass
 class Built:
-    """What the passes left in the staging directory for one model."""
+    """What the passes left in the staging directory for one model, and how it is to be finished."""
 
-    job: Finishing
+    plan: FinishPlan
     files: list[tuple[WrittenFile, str]]  # (file, role), the model first
     graph: GraphSummary
     step: EpStepOutput
+
+
+@dataclass
+class CheckOutcome:
+    record: dict[str, Any]  # for the manifest (deterministic)
+    report: dict[str, Any] | None  # for the result (--json): everything measured
+    seconds: float = 0.0
+    peak_rss_bytes: int = 0
+
+
+@dataclass
+class Finished:
+    """What finish did for one model: its published manifest, the check's outcome, how long verify and publish took."""
+
+    manifest: Manifest
+    check: CheckOutcome
+    timings: dict[str, float] = field(default_factory=dict)
 
 
 def open_destination(output_dir: Path, names: OutputNames, force: bool, inputs: list[Path], reporter: Reporter) -> list[Path]:
@@ -81,34 +105,92 @@ def open_destination(output_dir: Path, names: OutputNames, force: bool, inputs: 
 
 
 def finish(builds: list[Built], staging: Staging, workers: Workers, digests: list[Future[InputDigest]],
-           shared: set[str] | None = None, unchecked: str | None = None) -> list[CompileResult]:
+           shared: set[str] | None = None, unchecked: str | None = None) -> list[Finished]:
     """check -> manifest -> verify -> publish -> stamp, for one model or a whole batch (published together).
 
     `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load)."""
-    first = builds[0].job
-    if unchecked and first.options.check != "none":
-        warnings.warn(f"{', '.join(b.job.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
-    manifests = []
+    first = builds[0].plan
+    if unchecked and first.check.mode != "none":
+        warnings.warn(f"{', '.join(b.plan.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
+    done = []
     for built, digest in zip(builds, digests):
-        job = built.job
-        check = {"mode": "none", "passed": None, "reason": unchecked} if unchecked else job.check(staging.path, workers)
-        manifest = job.manifest(built, digest.result(), check, shared)
-        write_staged(staging.path / job.names.manifest, manifest.to_bytes())
-        manifests.append(manifest)
-    if first.options.verify:  # every model of the batch, before anything is published
-        for built in builds:
-            built.job.verify(staging.path / built.job.names.model)
+        plan = built.plan
+        if unchecked:
+            outcome = CheckOutcome({"mode": "none", "passed": None, "reason": unchecked}, None)
+        else:
+            outcome = run_check(staging.path / plan.names.model, plan.check, workers, plan.reporter)
+        manifest = manifest_for(built, digest.result(), outcome, shared)
+        write_staged(staging.path / plan.names.manifest, manifest.to_bytes())
+        done.append(Finished(manifest, outcome))
+    for built, finished in zip(builds, done):  # every model of the batch, before anything is published
+        if built.plan.verify is None:
+            continue
+        verified = _verified_by_the_check(finished.check, built.plan)
+        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
     first.reporter.stage("publishing")
-    staging.publish(_publish_order(builds), [b.job.names for b in builds], first.options.force, [p for b in builds for p in b.job.inputs])
-    results = []
-    for built, manifest, digest in zip(builds, manifests, digests):
-        built.job.timings["publish"] = time.perf_counter() - clock
-        if built.job.stamp_source is not None:
-            write_stamp(built.job.output_dir, built.job.names, built.job.stamp_source, digest.result())
-        built.job.reporter.stage(f"wrote {built.job.output_dir / built.job.names.model}")
-        results.append(built.job.result(built, manifest))
-    return results
+    staging.publish(_publish_order(builds), [b.plan.names for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
+    for built, finished, digest in zip(builds, done, digests):
+        plan = built.plan
+        finished.timings["publish"] = time.perf_counter() - clock
+        if plan.stamp_source is not None:
+            write_stamp(plan.output_dir, plan.names, plan.stamp_source, digest.result())
+        plan.reporter.stage(f"wrote {plan.output_dir / plan.names.model}")
+    return done
+
+
+def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared: set[str] | None) -> Manifest:
+    record = built.plan.manifest
+    prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
+    cpu_nodes = {**record.cpu_nodes, "worst_snr_db_after": worst_snr(check.report)} if record.cpu_nodes else None
+    return Manifest(model=built.plan.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
+                    input_files=digest.input_files, versions=record.versions, options=record.options,
+                    nodes=node_counts(record.source_ops, built.graph),
+                    initializers={"external": built.step.external_count, "inline": built.step.inline_count},
+                    prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
+
+
+def worst_snr(report: dict[str, Any] | None) -> float | None:
+    """The check's lowest output SNR (a --fallback record's figure after the nodes moved)."""
+    snrs = [o["snr_db"] for o in (report or {}).get("outputs", []) if o.get("snr_db") is not None]
+    return round(min(snrs), 1) if snrs else None
+
+
+def _verified_by_the_check(check: CheckOutcome, plan: FinishPlan) -> bool:
+    """The check just ran the staged files against the source by --verify's criterion: that was the one parity pass
+    (a mismatch failed there, exit 5); a second session pair and re-hash would prove nothing more."""
+    report = check.report
+    if report is None or report.get("mode") != "run" or not report.get("ok") or plan.check.verify_criterion is None:
+        return False
+    worst = max((o.get("max_abs") or 0.0 for o in report.get("outputs", [])), default=0.0)
+    kind = (report.get("criterion") or {}).get("kind")
+    plan.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {kind}), "
+                         "in the pre-publish check (one comparison)")
+    return True
+
+
+def given_inputs(freeze: dict[str, int | float], inputs: dict[str, Any]) -> dict[str, Any]:
+    """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
+    compiled model ignores it; the source must get the same value to compute the same thing)."""
+    from ortcompile.readback.given import Given
+
+    return {**{name: Given(value, f"--freeze {name}={value}") for name, value in freeze.items()}, **inputs}
+
+
+def run_verify(model: Path, plan: VerifyPlan, reporter: Reporter) -> float:
+    """Run `verify` on the staged output: a model that computes the wrong thing is never published. Returns its seconds."""
+    from ortcompile.readback.verify import verify_model
+
+    reporter.stage("verifying against the source")
+    clock = time.perf_counter()
+    report = verify_model(model, plan.source, dims=plan.dims, inputs=given_inputs(plan.freeze, plan.inputs), time_source=False,
+                          **plan.criterion)
+    if not report.ok:
+        error = report.exception()
+        raise type(error)(f"not published: {error.message}")
+    worst = max((o["max_abs"] or 0.0 for run in report.runs for o in run["outputs"]), default=0.0)
+    reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
+    return time.perf_counter() - clock
 
 
 def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
@@ -116,10 +198,6 @@ def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
     """Pass 2 into the stage: the graph proto written on its own, after the data files and the EP's blob files it
     names were renamed to their content-addressed names (hashed and synced). Only the blobs the graph names are
     outputs: anything else an EP left in the stage is not published. `staged`: a batch's, whose data files are shared."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ortcompile.compile.graphpass import StagedNames, write_graph
-
     staged = staged or StagedNames(staging_dir, step.data_files)
     with ThreadPoolExecutor(max_workers=1) as pool:
         model_file, blobs, graph = write_graph(step.graph_proto, staging_dir, model, embed, pool, staged)
@@ -127,28 +205,23 @@ def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
     return [(model_file, "model"), *((f, "data") for f in data), *((f, "ep_context") for f in blobs)], graph
 
 
-@dataclass
-class CheckOutcome:
-    record: dict[str, Any]  # for the manifest (deterministic)
-    report: dict[str, Any] | None  # for the result (--json): everything measured
-    seconds: float = 0.0
-    peak_rss_bytes: int = 0
-
-
-def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: str, mode: str, precision: str, dims: dict[str, int],
-              given: dict[str, Any], workers: Workers, reporter: Reporter, verify_criterion: dict[str, Any] | None = None) -> CheckOutcome:
+def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: Reporter) -> CheckOutcome:
     """The pre-publish check in the worker child: open the staged output on its EP (and run it against the
     source by verify's criterion); raise CompilationFailed when it would not load or not agree. With --verify
     (`verify_criterion`: its settings) outputs that differ are VerificationFailed (exit 5), as --verify's are."""
     from ortcompile.readback import check
     from ortcompile.readback.parity import run_parity
 
+    if plan.note:
+        reporter.detail(plan.note)
+    mode, source, verify_criterion = plan.mode, plan.source, plan.verify_criterion
     if mode == "none":
         return CheckOutcome({"mode": "none", "passed": None}, None)
+    given = given_inputs(plan.freeze, plan.inputs)
     clock = time.perf_counter()
     worker = workers.get()
-    reporter.stage(f"checking {staged_model.name}: {'load and run' if mode == 'run' else 'load'} on {ep_label}")
-    request_ = check.check_request(staged_model, source.absolute(), request, mode, precision, dims, given, verify_criterion)
+    reporter.stage(f"checking {staged_model.name}: {'load and run' if mode == 'run' else 'load'} on {plan.ep_label}")
+    request_ = check.check_request(staged_model, source.absolute(), plan.request, mode, plan.precision, plan.dims, given, verify_criterion)
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
         detail = check.failure_detail(report)
@@ -166,7 +239,7 @@ def run_check(staged_model: Path, source: Path, request: EpRequest, ep_label: st
 def _publish_order(builds: list[Built]) -> list[str]:
     """Data and blobs first, the models after them, the manifests last: a model never points at missing bytes."""
     rest = sorted({f.name for b in builds for f, role in b.files if role != "model"})
-    return [*rest, *(b.job.names.model for b in builds), *(b.job.names.manifest for b in builds)]
+    return [*rest, *(b.plan.names.model for b in builds), *(b.plan.names.manifest for b in builds)]
 
 
 def write_staged(path: Path, content: bytes) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ortcompile.errors import UsageError
+from ortcompile.onnxfacts import cone as _cone
 from ortcompile.onnxfacts import input_dims
 
 if TYPE_CHECKING:
@@ -133,22 +134,6 @@ def _has_subgraph(node: Any) -> bool:
     return any(a.type in (a.GRAPH, a.GRAPHS) for a in node.attribute)
 
 
-def _cone(graph: Any, target: str) -> list[Any]:
-    """The nodes `target` is computed from, in graph order."""
-    producer = {o: n for n in graph.node for o in n.output}
-    needed, stack, seen = [], [target], set()
-    while stack:
-        name = stack.pop()
-        if name in seen or name not in producer:
-            continue
-        seen.add(name)
-        node = producer[name]
-        needed.append(node)
-        stack.extend(i for i in node.input if i)
-    order = {id(n): k for k, n in enumerate(graph.node)}
-    return sorted({id(n): n for n in needed}.values(), key=lambda n: order[id(n)])
-
-
 def _drop_dead_nodes(graph: Any) -> None:
     """Nodes whose outputs nothing reads (the decided conditions) go; so do initializers nothing reads."""
     outputs = {o.name for o in graph.output}
@@ -173,18 +158,3 @@ def _all_reads(graph: Any) -> set[str]:
             for subgraph in [attribute.g] if attribute.type == attribute.GRAPH else list(attribute.graphs):
                 reads |= _all_reads(subgraph)
     return reads
-
-
-def freeze_suggestion(model: Any) -> str:
-    """'--freeze sr=16000' when an If switches on an input compared with a constant: what to try when pins fail."""
-    from ortcompile.readback.hints import read_hints
-
-    ifs = [n for n in model.graph.node if n.op_type == "If"]
-    if not ifs:
-        return ""
-    hints = read_hints(model)
-    compared = {name: hint.value for name, hint in hints.items() if hint.value is not None}
-    readers = {i for node in ifs for n in _cone(model.graph, node.input[0]) for i in n.input if i in compared}
-    readers |= {node.input[0] for node in ifs if node.input[0] in compared}
-    flags = " ".join(f"--freeze {name}={compared[name]}" for name in sorted(readers))
-    return f"; the model switches networks on {', '.join(sorted(readers))}: try {flags}" if flags else ""

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.datapass import HashingFile, WrittenFile
-from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.errors import CompilationFailed, OutputError
 from ortcompile.naming import content_addressed
 from ortcompile.onnxfacts import EPCONTEXT, attribute, blob_files, epcontext_nodes, external_locations, is_external, iter_tensors, op_counts
 from ortcompile.options import EmbedPolicy
 from ortcompile.output.digest import hash_and_sync
 from ortcompile.paths import UnsafePath, resolve_inside
+from ortcompile.plan.source import PROTOBUF_LIMIT
 
 # `--embed auto` embeds blobs only when all of them together stay this small: one self-contained
 # file for small models, while a large blob never goes near the 2 GiB protobuf limit.

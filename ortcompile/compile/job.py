@@ -1,13 +1,14 @@
-"""The compile job: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish, stamp).
+"""The compile driver: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish, stamp).
 
 Usable from Python without click:
 
     from ortcompile import compile_model, CompileOptions
     result = compile_model("model.onnx", "build/", CompileOptions(ep="qnn", fix_dims={"batch": 1}))
 
-`CompileJob.plan` does every check that can fail before work starts; `build` runs the two passes into a
-staging directory (pass 1 in the worker child for EPs that compile); `finish` is shared with the
-weight-sharing batch: nothing reaches the output directory unless every step before publishing passed.
+`plan_compile` (plan/planner.py) makes every decision that can fail before work starts, as one frozen
+`CompilePlan`; `CompileJob` drives the passes from it into a staging directory (pass 1 in the worker child
+for EPs that compile; `--partition`: parts.py) and hands what they built to `finish`, which works from data:
+nothing reaches the output directory unless every step before publishing passed.
 """
 
 from __future__ import annotations
@@ -22,30 +23,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile import eps
-from ortcompile.compile.epstep import EpRequest, EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
+from ortcompile.compile.epstep import EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
 from ortcompile.compile.fallback import FallbackState, run_rounds
-from ortcompile.compile.finish import Built, node_counts, open_destination, run_check, stage_graph, versions
+from ortcompile.compile.finish import Built, Finished, FinishPlan, ManifestPlan, finish, open_destination, stage_graph, versions
 from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
-from ortcompile.compile.shapes import Pins, dynamic_inputs_hint, require_static, resolve_pins
-from ortcompile.compile.source import SourceModel, read_source
-from ortcompile.compile.worker import Worker, expect_more_workers, fresh_worker, retire_worker
+from ortcompile.eps.compat import check_compatibility
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileError, OrtCompileWarning, UsageError, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.native import native_output_shown, peak_rss_bytes
-from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, CompileResult, effective_check
-from ortcompile.output.digest import InputDigest, digest_inputs_in_background
-from ortcompile.output.incremental import why_not_up_to_date
-from ortcompile.output.manifest import Manifest, file_entries
-from ortcompile.output.publish import remove_created_dirs
+from ortcompile.options import CompileOptions, CompileResult
+from ortcompile.output.digest import digest_inputs_in_background
+from ortcompile.output.incremental import up_to_date_result, why_not_up_to_date
+from ortcompile.output.manifest import Manifest
+from ortcompile.output.publish import Staging, remove_created_dirs
+from ortcompile.plan.planner import CompilePlan, plan_compile
+from ortcompile.plan.shapes import dynamic_inputs_hint
 from ortcompile.progress import Reporter, SilentReporter
-from ortcompile.sizes import format_size
-
-# Ops that mark a quantized model (QDQ format, or integer compute): an NPU runs these in integers.
-QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "QLinearConv", "QLinearMatMul", "ConvInteger", "MatMulInteger",
-                 "DynamicQuantizeLinear"}
+from ortcompile.worker import Workers, expect_more_workers
 
 # EPs whose outputs this machine cannot load even when they are right: QNN's x86 HTP simulator segfaults
 # on a context shared by several models (measured with onnxruntime-qnn 2.7.0).
@@ -68,7 +65,7 @@ def compile_model(
     with Workers(native_output_shown(), reporter) as workers:
         if options.partition is None:  # (parts get workers of their own; this one would idle through them)
             workers.start()  # its imports overlap with reading the model and resolving the EP
-        job = CompileJob.plan(Path(source_path), Path(output_dir), options, reporter)
+        job = CompileJob.open(Path(source_path), Path(output_dir), options, reporter)
         return job.run(workers)
 
 
@@ -115,64 +112,51 @@ def _current_output(source: Path, output_dir: Path, options: CompileOptions, rep
         return None
     manifest = Manifest.load(output_dir / OutputNames.for_compile(source, options.output_name).manifest)
     reporter.detail(f"{output_dir / manifest.model} is up to date")  # (the summary line says so too)
-    return CompileResult.from_manifest(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
+    return up_to_date_result(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
 
 
 @dataclass
 class CompileJob:
-    """One model's compile: everything decided up front, then run into a staging directory."""
+    """One model's compile, driven from its frozen plan: the passes into a staging directory, then finish."""
 
-    source: SourceModel
-    ep: eps.ResolvedEp
-    request: EpRequest
-    output_dir: Path
-    names: OutputNames
-    options: CompileOptions
-    pins: Pins
-    require_compiled: bool
+    plan: CompilePlan
     reporter: Reporter
     created_dirs: list[Path] = field(default_factory=list)  # by prepare_output_dir: removed again on failure
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)  # peak RSS by stage: compile, check
-    check_report: dict[str, Any] | None = None  # the pre-publish check's full report, for the result
     fallback: FallbackState | None = None  # --cpu-nodes / --fallback: what runs on the CPU EP and why (fallback.py)
+    request_override: EpRequest | None = None  # fallback.py: the plan's request with the pinned nodes kept off the EP
+
+    @property
+    def request(self) -> EpRequest:
+        return self.request_override or self.plan.request
 
     @classmethod
-    def plan(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
-        """Every check that can fail before work starts: input, EP, shapes, destination."""
+    def open(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
+        """The plan (every check that can fail before work starts: input, EP, shapes), then the destination."""
         clock = time.perf_counter()
         reporter.stage("reading model")
-        source, ep, pins, require = plan_source(source_path, options)
-        names = OutputNames.for_compile(source.path, options.output_name)
-        created = open_destination(output_dir, names, options.force, [source.path, *source.external_files], reporter)
-        reporter.detail(f"{source.path.name}: {len(source.initializers)} initializers, {source.weight_bytes} bytes of weights; "
-                        f"EP {ep.name} {ep.version}")
-        job = cls(source, ep, ep_request(options), output_dir, names, options, pins, require, reporter, created)
+        plan = plan_compile(source_path, output_dir, options)
+        created = open_destination(output_dir, plan.names, options.force, plan.inputs, reporter)
+        reporter.detail(f"{plan.source.path.name}: {len(plan.source.initializers)} initializers, {plan.source.weight_bytes} bytes of weights; "
+                        f"EP {plan.ep.name} {plan.ep.version}")
+        job = cls(plan, reporter, created)
         job.timings["read"] = time.perf_counter() - clock
         return job
 
-    @property
-    def compiles(self) -> bool:
-        return self.ep.info.compiles
-
-    @property
-    def inputs(self) -> list[Path]:
-        return [self.source.path, *self.source.external_files]
-
-    @property
-    def stamp_source(self) -> Path:
-        return self.source.path
-
-    @property
-    def worker_label(self) -> str:
-        """Who a crash in the worker child is blamed on."""
-        return f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime"
-
     def run(self, workers: Workers) -> CompileResult:
+        plan = self.plan
         digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
-        workers.label = self.worker_label
+        workers.label = plan.worker_label
         try:
-            digest = digester.submit(digest_inputs_in_background, self.source.path.absolute(), self.source.external_files)
+            digest = digester.submit(digest_inputs_in_background, plan.source.path.absolute(), plan.source.external_files)
+            if plan.options.partition is not None:  # split, compile the parts, stitch: the stitch is what finish publishes
+                from ortcompile.compile.parts import partitioned_stitch  # see LAZY_IMPORTS (--if-changed)
+
+                with Staging(plan.output_dir) as staging:
+                    stitch = self._guarded(lambda: partitioned_stitch(plan, staging.path, self.reporter, self.timings, self.created_dirs, compile_model))
+                    built = self._guarded(lambda: stitch.build(staging.path))
+                    return stitch.result(built, finish([built], staging, workers, [digest])[0])
             return run_rounds(self, workers, digest)  # build -> finish, again with nodes moved off the EP (--fallback auto)
         except BaseException:
             remove_created_dirs(self.created_dirs)  # a failed run leaves no empty output directory behind
@@ -180,36 +164,37 @@ class CompileJob:
         finally:
             digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
 
-    def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
-        # Absolute here, in the planner: the worker child resolves nothing against a working directory (it may have
-        # started in another one, as a warm spare, and ORT's compile runs from the model's own directory).
-        source = dataclasses.replace(self.source, path=self.source.path.absolute())
-        return EpStep(source, self.request, staging_dir.absolute(), self.names.model, self.options.layout, self.pins,
-                      self.compiles and self.options.prepare, self.require_compiled, session_config or {}, dict(self.options.freeze))
-
-    def build(self, staging_dir: Path, workers: Workers) -> Built:
-        """Passes 1 and 2 into the staging directory (--partition: split, compile the parts, stitch)."""
+    def _guarded(self, build: Callable[[], Any]) -> Any:
+        """Passes 1 and 2 into the staging directory: a staged write that fails is an output problem."""
         try:
-            if self.options.partition is not None:
-                from ortcompile.compile.parts import partitioned_build
-
-                return partitioned_build(self, staging_dir)
-            return self.graph_pass(staging_dir, self.ep_step(self.step(staging_dir), workers), workers)
+            return build()
         except OSError as exc:  # a staged write failed (the input was read and checked before): disk full, quota...
-            raise output_error(exc, f"outputs in {self.output_dir}") from exc
+            raise output_error(exc, f"outputs in {self.plan.output_dir}") from exc
         finally:
             self.reporter.close()
+
+    def build(self, staging_dir: Path, workers: Workers) -> Built:
+        """Passes 1 and 2 into the staging directory (one round of fallback.run_rounds)."""
+        return self._guarded(lambda: self.graph_pass(staging_dir, self.ep_step(self.step(staging_dir), workers), workers))
+
+    def step(self, staging_dir: Path, session_config: dict[str, str] | None = None) -> EpStep:
+        plan = self.plan
+        # Absolute here: the worker child resolves nothing against a working directory (it may have started in
+        # another one, as a warm spare, and ORT's compile runs from the model's own directory).
+        source = dataclasses.replace(plan.source, path=plan.source.path.absolute())
+        return EpStep(source, self.request, staging_dir.absolute(), plan.names.model, plan.options.layout, plan.pins,
+                      plan.compiles and plan.options.prepare, plan.require_compiled, session_config or {}, dict(plan.options.freeze))
 
     def ep_step(self, step: EpStep, workers: Workers) -> EpStepOutput:
         """Pass 1: the EP's compile in the worker child, or the re-layout here for EPs that compile nothing."""
         clock = time.perf_counter()
-        if not self.compiles:
+        if not self.plan.compiles:
             output = run_relayout(step, self.reporter)
             self.peaks["compile"] = peak_rss_bytes()
         else:
             worker = workers.get()
             try:
-                output = worker.call(run_ep_step, step, doing=f"compiling {self.source.path.name}")
+                output = worker.call(run_ep_step, step, doing=f"compiling {self.plan.source.path.name}")
             except NothingCompiled as exc:
                 raise self.explain_nothing_compiled(exc) from exc
             self.peaks["compile"] = worker.peak_rss_bytes
@@ -219,8 +204,9 @@ class CompileJob:
 
     def explain_nothing_compiled(self, exc: NothingCompiled) -> CompilationFailed:
         """Say why nothing compiled: dynamic shapes, an EP that cannot start, or ops the EP does not take."""
-        short = self.ep.info.short_name
-        hint = dynamic_inputs_hint(self.source, self.pins.named) if not self.options.prepare else ""
+        plan = self.plan
+        short = plan.ep.info.short_name
+        hint = dynamic_inputs_hint(plan.source, plan.pins.named) if not plan.options.prepare else ""
         if hint:
             return CompilationFailed(f"{short}: the EP compiled no nodes{hint}; or pass --allow-partial", exc.detail)
         if exc.ep_starts is False:
@@ -232,88 +218,42 @@ class CompileJob:
                    staged: StagedNames | None = None) -> Built:
         """Pass 2: the small graph proto, finished and written on its own, naming its files by content (`staged`: a
         batch's shared files)."""
+        plan = self.plan
         clock = time.perf_counter()
         self.reporter.stage("writing graph")
-        files, graph = stage_graph(step, staging_dir, self.names.model, embed or self.options.embed, staged)
-        if self.compiles and graph.epcontext_nodes == 0:
-            starts = None if self.require_compiled else workers.get().call(ep_starts, self.request, doing="starting the EP on a one-node model")
-            if self.require_compiled or not starts:
+        files, graph = stage_graph(step, staging_dir, plan.names.model, embed or plan.options.embed, staged)
+        if plan.compiles and graph.epcontext_nodes == 0:
+            starts = None if plan.require_compiled else workers.get().call(ep_starts, plan.request, doing="starting the EP on a one-node model")
+            if plan.require_compiled or not starts:
                 raise self.explain_nothing_compiled(NothingCompiled("nothing compiled", ep_starts=starts))
-            warnings.warn(f"{self.source.path.name}: {self.ep.info.short_name} compiled no nodes (--allow-partial): "
+            warnings.warn(f"{plan.source.path.name}: {plan.ep.info.short_name} compiled no nodes (--allow-partial): "
                           "the output runs entirely on the CPU EP", OrtCompileWarning, stacklevel=2)
-        if self.compiles:
-            judge_fragmentation(step.graph_proto, self.source.path.name, self.ep.info.short_name, self.ep.name, self.options.prepare,
-                                self.options.require_full)
+        if plan.compiles:
+            judge_fragmentation(step.graph_proto, plan.source.path.name, plan.ep.info.short_name, plan.ep.name, plan.options.prepare,
+                                plan.options.require_full)
         self.timings["graph_pass"] = time.perf_counter() - clock
-        return Built(self, files, graph, step)
+        return Built(self.finish_plan(), files, graph, step)
 
-    # ---------------------------------------------------------------- finishing (single model and batches)
+    def finish_plan(self) -> FinishPlan:
+        """What finish needs of this compile, as data."""
+        plan = self.plan
+        cpu_nodes = self.fallback.record(None) if self.fallback else None  # (finish adds the check's worst SNR after)
+        record = ManifestPlan(versions(plan.ep), plan.recorded_options(), plan.source.op_counts, plan.ep.target_record(), cpu_nodes=cpu_nodes)
+        return FinishPlan(plan.names, plan.output_dir, plan.inputs, plan.source.path, plan.options.force, plan.check, plan.verify,
+                          record, self.reporter)
 
-    def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
-        """The pre-publish check in the worker child; raise when the output would not load or run."""
-        mode = effective_check(self.options.check, self.source.weight_bytes)
-        if self.options.check == "auto" and mode == "load":  # only when auto actually downgraded the check
-            self.reporter.detail(f"check: load only: {format_size(self.source.weight_bytes)} of weights (--check auto runs up to "
-                                 f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
-        outcome = run_check(staging_dir / self.names.model, self.source.path, self.request, self.ep.info.short_name, mode,
-                            ep_precision(self.ep, self.source), self.pins.named, self.given_inputs(), workers, self.reporter,
-                            self.options.verify_criterion if self.options.verify else None)
-        if outcome.report is not None:
-            self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
-        return outcome.record
-
-    def given_inputs(self) -> dict[str, Any]:
-        return given_inputs(self.options)
-
-    def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any] | None, shared: set[str] | None = None) -> Manifest:
-        prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
-        return Manifest(
-            model=self.names.model,
-            files=file_entries(built.files, shared),
-            input_sha256=digest.combined,
-            input_files=digest.input_files,
-            versions=versions(self.ep),
-            options=self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles),
-            nodes=node_counts(self.source.op_counts, built.graph),
-            initializers={"external": built.step.external_count, "inline": built.step.inline_count},
-            prepare=prepare,
-            check=check,
-            target=self.ep.target_record(),
-            cpu_nodes=self.fallback.record(self.check_report) if self.fallback else None,
-        )
-
-    def verify(self, model: Path) -> None:
-        """Run `verify` on the staged output: a model that computes the wrong thing is never published."""
-        from ortcompile.readback.verify import verify_model  # numpy and sessions: only when asked
-
-        if self.check_report is not None and self.check_report.get("mode") == "run" and self.check_report.get("ok"):
-            # The check just ran the staged files against the source by --verify's criterion: that was the one parity
-            # pass (a mismatch failed there, exit 5); a second session pair and re-hash would prove nothing more.
-            worst = max((o.get("max_abs") or 0.0 for o in self.check_report.get("outputs", [])), default=0.0)
-            kind = (self.check_report.get("criterion") or {}).get("kind")
-            self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {kind}), "
-                                 "in the pre-publish check (one comparison)")
-            self.timings["verify"] = 0.0
-            return
-        self.reporter.stage("verifying against the source")
-        clock = time.perf_counter()
-        report = verify_model(model, self.source.path, dims=self.pins.named, inputs=self.given_inputs(), time_source=False,
-                              **self.options.verify_criterion)
-        if not report.ok:
-            error = report.exception()
-            raise type(error)(f"not published: {error.message}")
-        worst = max((o["max_abs"] or 0.0 for run in report.runs for o in run["outputs"]), default=0.0)
-        self.reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
-        self.timings["verify"] = time.perf_counter() - clock
-
-    def result(self, built: Built, manifest: Manifest) -> CompileResult:
+    def result(self, built: Built, finished: Finished) -> CompileResult:
+        plan, manifest, check = self.plan, finished.manifest, finished.check
+        if check.report is not None:
+            self.timings["check"], self.peaks["check"] = check.seconds, check.peak_rss_bytes
+        self.timings.update(finished.timings)
         compatibility = self.compatibility()
         return CompileResult(
-            source=self.source.path,
-            output_dir=self.output_dir,
-            model=self.names.model,
-            ep=self.ep.name,
-            ep_version=self.ep.version,
+            source=plan.source.path,
+            output_dir=plan.output_dir,
+            model=plan.names.model,
+            ep=plan.ep.name,
+            ep_version=plan.ep.version,
             files=[f.to_json() for f in manifest.files],
             epcontext_nodes=built.graph.epcontext_nodes,
             remaining_ops=built.graph.remaining_ops,
@@ -322,111 +262,24 @@ class CompileJob:
             inline_initializers=built.step.inline_count,
             timings=self.timings,
             peak_rss_bytes=max(peak_rss_bytes(), self.peaks.get("compile", 0)),
-            inputs=[self.source.path, *(self.source.path.parent / location for location in self.source.external_locations)],
+            inputs=[plan.source.path, *(plan.source.path.parent / location for location in plan.source.external_locations)],
             peak_rss_by_stage=dict(self.peaks),
             prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
-            check=self.check_report,
+            check=check.report,
             compiled_ops=manifest.nodes.get("compiled_ops", {}),
             target=manifest.target,
             compatibility=compatibility,
-            fallback=self.fallback.to_result(self.check_report) if self.fallback else None,
+            fallback=self.fallback.to_result(check.report) if self.fallback else None,
         )
 
     def compatibility(self) -> dict[str, Any] | None:
         """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
         that compiled). None unless asked (options.compatibility: the CLI's --json), and for a library given with
         --ep-library, which the child cannot find by name."""
-        from ortcompile.eps.compat import check_compatibility
-
-        if self.options.ep_library or not self.options.compatibility:
+        options = self.plan.options
+        if options.ep_library or not options.compatibility:
             return None
         clock = time.perf_counter()
-        report = check_compatibility(self.output_dir / self.names.model).to_json()
+        report = check_compatibility(self.plan.output_dir / self.plan.names.model).to_json()
         self.timings["compatibility"] = time.perf_counter() - clock
         return report
-
-
-def plan_source(source_path: Path, options: CompileOptions) -> tuple[SourceModel, eps.ResolvedEp, Pins, bool]:
-    """Read and check the source against the options: the model, its EP, the pinned dims, whether the EP must compile."""
-    eps.check_names(options.ep, options.target, options.ep_library)  # typos first: no onnx or onnxruntime import yet
-    source = read_source(source_path)
-    ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
-    prepares = ep.info.compiles and options.prepare
-    # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
-    # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
-    pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
-    if options.freeze and ep.info.compiles and not options.prepare:
-        raise UsageError("--freeze specializes the model in the prepare step: drop --no-prepare")
-    if ep.info.compiles and _needs_static_shapes(ep):
-        require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
-    require = ep.info.compiles if options.require_compiled is None else options.require_compiled
-    _warn_oversized_for_shards(source, options.layout.shard_size)
-    return source, ep, pins, require
-
-
-def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> None:
-    """A tensor never straddles data files: one larger than --shard-size gets a file of its own, over the size."""
-    oversized = [t for t in source.tensors if shard_size and t.nbytes > shard_size]
-    if oversized:
-        largest = max(oversized, key=lambda t: t.nbytes)
-        warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
-                      f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
-                      OrtCompileWarning, stacklevel=3)
-
-
-def given_inputs(options: CompileOptions) -> dict[str, Any]:
-    """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
-    compiled model ignores it; the source must get the same value to compute the same thing)."""
-    from ortcompile.readback.given import Given
-
-    return {**{name: Given(value, f"--freeze {name}={value}") for name, value in options.freeze.items()}, **options.inputs}
-
-
-def ep_request(options: CompileOptions) -> EpRequest:
-    return EpRequest(options.ep, options.ep_options, options.target, options.ep_library)
-
-
-class Workers:
-    """The worker child of a compile (or of a batch that must share one): started early, or when first needed."""
-
-    def __init__(self, verbose: bool, reporter: Reporter, label: str = "the EP") -> None:
-        self.verbose, self.reporter, self.label = verbose, reporter, label
-        self._worker: Worker | None = None
-
-    def start(self) -> None:
-        if self._worker is None:
-            self._worker = fresh_worker(self.label, self.reporter, self.verbose)
-
-    def get(self) -> Worker:
-        self.start()
-        assert self._worker is not None
-        self._worker.label = self.label
-        return self._worker
-
-    def renew(self) -> None:
-        """Retire the worker: the next `get` starts a fresh one (a new compile gets a fresh EP state)."""
-        if self._worker is not None:
-            self._worker.__exit__(None, None, None)
-            self._worker = None
-
-    def __enter__(self) -> Workers:
-        return self
-
-    def __exit__(self, *exc_info: Any) -> None:
-        if self._worker is not None:
-            self._worker.__exit__(*exc_info)
-            retire_worker(self.verbose)
-
-
-def ep_precision(ep: eps.ResolvedEp, source: SourceModel | None = None, *, op_counts: dict[str, int] | None = None) -> str:
-    """The precision the EP computes in, which decides how its outputs are judged: the catalog's, except that a
-    quantized (QDQ / integer-op) model on an EP that does not compute in fp32 is judged as quantized."""
-    precision = ep.info.precision or "fp32"
-    ops = op_counts if op_counts is not None else (source.op_counts if source is not None else {})
-    if precision != "fp32" and ops.keys() & QUANTIZED_OPS:
-        return "quantized"
-    return precision
-
-
-def _needs_static_shapes(ep: eps.ResolvedEp) -> bool:
-    return bool(ep.info.static_shapes)

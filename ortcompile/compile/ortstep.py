@@ -17,11 +17,13 @@ from typing import Any
 
 from ortcompile.compile.blobs import BlobSink, callback_unsupported
 from ortcompile.compile.datapass import DataPass
-from ortcompile.compile.source import PROTOBUF_LIMIT
 from ortcompile.eps import ResolvedEp, diagnose
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, InvalidModel, OrtCompileError, ort_reason, output_error
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.native import native_stdout_to_stderr
+from ortcompile.onnxfacts import tiny_static_model
 from ortcompile.paths import model_dir
+from ortcompile.plan.source import PROTOBUF_LIMIT
 
 NOTHING_COMPILED = "Unable to compile any nodes"
 
@@ -127,14 +129,7 @@ class _CallbackRefused(Exception):
 def _attempt(request: OrtCompile, data_pass: DataPass, use_callback: bool) -> OrtOutput:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    configure_session_logging(options)
-    request.ep.configure(options)
-    options.add_session_config_entry("ep.context_file_path", str(request.context_path))
-    for dim, size in request.overrides.items():
-        options.add_free_dimension_override_by_name(dim, size)
-    for key, setting in request.session_config.items():
-        options.add_session_config_entry(key, setting)
+    options = session_options(request.ep, request.overrides, {"ep.context_file_path": str(request.context_path), **request.session_config})
     guard = _CallbackGuard()
     flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if request.require_compiled else ort.OrtCompileApiFlags.NONE
     sink = BlobSink(None if request.blobs_in_memory else request.context_path.parent) if use_callback else None
@@ -243,7 +238,7 @@ def _switch_hint(source: Path) -> str:
     """Models that switch networks on an input (If on sr == 16000) often compile once specialized: say how."""
     import onnx
 
-    from ortcompile.compile.freeze import freeze_suggestion
+    from ortcompile.readback.hints import freeze_suggestion
 
     try:
         return freeze_suggestion(onnx.load_model(str(source.absolute()), load_external_data=False))
@@ -255,27 +250,13 @@ def _cpu_can_load(source: Path) -> bool:
     """Tell a broken model (exit 3) from an EP that cannot handle a valid one (exit 1): only on failure."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    configure_session_logging(options)
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options = session_options(None, graph_optimization_level=ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     try:
         with native_stdout_to_stderr(quiet_stderr=True):
             ort.InferenceSession(str(source.absolute()), options, providers=["CPUExecutionProvider"])
     except Exception:
         return False
     return True
-
-
-def tiny_static_model() -> Any:
-    """y = x + x on float[1, 8]: every EP takes it. Used to probe and to warm up EPs."""
-    from onnx import TensorProto, helper
-
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
-    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 9
-    return model
 
 
 def ep_supports_write_callback(ep: ResolvedEp) -> bool:
@@ -289,10 +270,7 @@ def ep_supports_write_callback(ep: ResolvedEp) -> bool:
 
     supported = True
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch:
-        options = ort.SessionOptions()
-        configure_session_logging(options)
-        ep.configure(options)
-        options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        options = session_options(ep, config={"ep.context_file_path": str(Path(scratch) / "probe_ctx.onnx")})
         compiler = ort.ModelCompiler(options, tiny_static_model().SerializeToString())
         compiler.set_ep_context_data_write_func(lambda name, data: None)
         try:
@@ -316,10 +294,7 @@ def ep_compiles_anything(ep: ResolvedEp) -> bool:
 
     model = tiny_static_model()
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch:
-        options = ort.SessionOptions()
-        configure_session_logging(options)
-        ep.configure(options)
-        options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        options = session_options(ep, config={"ep.context_file_path": str(Path(scratch) / "probe_ctx.onnx")})
         try:
             with native_stdout_to_stderr():
                 compiler = ort.ModelCompiler(options, model.SerializeToString(), flags=ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED)

@@ -11,30 +11,28 @@ the budget still compiles, alone). The EP's memory is returned when each part's 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from ortcompile.compile.split import SplitJob, SplitResult, part_cli_args, split_model
-from ortcompile.compile.worker import reset_cancel
+from ortcompile.compile.finish import given_inputs
+from ortcompile.compile.partsplan import PartsPlan
+from ortcompile.compile.split import SplitResult, part_budget, part_options, plan_record, split_model
+from ortcompile.compile.stitch import StitchJob
 from ortcompile.errors import CompilationFailed, OrtCompileError
-from ortcompile.native import proc_kib_field
-from ortcompile.options import CompileOptions, PartitionOptions
+from ortcompile.native import available_memory
+from ortcompile.options import CompileOptions, CompileResult, PartitionOptions
+from ortcompile.plan.planner import CompilePlan
 from ortcompile.progress import Reporter, SilentReporter
 from ortcompile.sizes import format_size
+from ortcompile.worker import cancel_all, reset_cancel
 
-if TYPE_CHECKING:
-    from ortcompile.compile.finish import Built
-    from ortcompile.compile.job import CompileJob
-    from ortcompile.options import CompileResult
-    from ortcompile.output.digest import InputDigest
+CompileOne = Callable[[Path, Path, CompileOptions], CompileResult]  # compile_model: a part is compiled as any model
 
 PROCESS_BYTES = 160 << 20  # a worker child before it compiles anything (python, onnxruntime, the EP's libraries)
 EP_FACTOR = 4  # peak RSS of a QNN compile over the bytes it compiles (measured 3.9)
-DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
 PARTS_DIR, COMPILED_DIR = ".parts", ".parts_out"
 
 
@@ -42,75 +40,36 @@ def estimate_peak(weight_bytes: int) -> int:
     return PROCESS_BYTES + EP_FACTOR * weight_bytes
 
 
-def available_memory() -> int:
-    """MemAvailable (Linux), else the physical memory: what parts may use by default."""
-    available = proc_kib_field("/proc/meminfo", "MemAvailable")
-    return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-def partitioned_build(job: CompileJob, staging_dir: Path) -> Built:
-    """`--partition`: split into `staging_dir/.parts`, compile each part into `.parts_out`, stitch into `staging_dir`."""
-    from ortcompile.compile.job import given_inputs
-    from ortcompile.compile.partsplan import PartsPlan
-    from ortcompile.compile.stitch import StitchJob
-
-    options = job.options
+def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter, timings: dict[str, float], created_dirs: list[Path],
+                       compile_one: CompileOne) -> StitchJob:
+    """`--partition`: split into `staging_dir/.parts`, compile each part into `.parts_out` (with `compile_one`: the very
+    `compile_model` of a whole model), and the StitchJob that joins them into `staging_dir`."""
+    options = plan.options
     assert options.partition is not None
     parts_dir, compiled_dir = staging_dir / PARTS_DIR, staging_dir / COMPILED_DIR
     parts_dir.mkdir()
     compiled_dir.mkdir()
     clock = time.perf_counter()
-    job.reporter.stage(f"splitting {job.source.path.name}")
-    split = split_model(job.source, parts_dir, part_budget(options), job.pins, options.layout, options.freeze,
-                        plan_record(job, None, parts_dir), link_sources=True, given=given_inputs(options) if options.inputs else None)
-    job.timings["split"] = time.perf_counter() - clock
-    job.reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {format_size(split.plan.budget)} of weights: "
-                        + ", ".join(format_size(p.weight_bytes) for p in split.plan.parts))
+    reporter.stage(f"splitting {plan.source.path.name}")
+    split = split_model(plan.source, parts_dir, part_budget(options), plan.pins, options.layout, options.freeze,
+                        plan_record(plan, None, parts_dir), link_sources=True,
+                        given=given_inputs(options.freeze, options.inputs) if options.inputs else None)
+    timings["split"] = time.perf_counter() - clock
+    reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {format_size(split.plan.budget)} of weights: "
+                    + ", ".join(format_size(p.weight_bytes) for p in split.plan.parts))
     clock = time.perf_counter()
     try:
-        results = compile_parts(split, compiled_dir, part_options(job.options), options.partition, job.reporter)
+        results = compile_parts(split, compiled_dir, part_options(options), options.partition, compile_one, reporter)
     finally:
         reset_cancel()
-    job.timings["compile"] = time.perf_counter() - clock
-    stitch = StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, job.output_dir, job.names, options, job.ep, job.source.path, job.reporter,
-                       job.inputs, stamp_source=job.source.path, created_dirs=job.created_dirs, timings=job.timings, part_results=results)
-    return stitch.build(staging_dir)
+    timings["compile"] = time.perf_counter() - clock
+    return StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep, plan.source.path,
+                     reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results)
 
 
-def part_budget(options: CompileOptions) -> int:
-    """Bytes of weights per part: --partition SIZE, else --max-context-size, else the EP's graph limit."""
-    assert options.partition is not None
-    return options.partition.budget or options.max_context_size or DEFAULT_CONTEXT_SIZE
-
-
-def plan_record(job: CompileJob | SplitJob, digest: InputDigest | None, parts_dir: Path) -> dict[str, Any]:
-    """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
-    (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
-    records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""
-    return {"options": job.options.recorded(job.ep.info.short_name, job.require_compiled, job.ep.info.compiles),
-            "input": None if digest is None else {"sha256": digest.combined,
-                                                  "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
-            "source_ops": job.source.op_counts,
-            "source_weight_bytes": job.source.weight_bytes,
-            "source_path": Path(os.path.relpath(job.source.path.absolute(), parts_dir.absolute())).as_posix(),
-            "compile_args": part_cli_args(part_options(job.options))}
-
-
-def part_options(options: CompileOptions) -> CompileOptions:
-    """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
-    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
-    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
-    on the stitched model)."""
-    return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
-                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None, compatibility=False, lint=False)
-
-
-def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partition: PartitionOptions,
-                  reporter: Reporter | None = None) -> list[CompileResult]:
-    """Compile every part with `compile_model`, several at once when `jobs` and the memory budget allow."""
-    from ortcompile.compile.worker import cancel_all
-
+def compile_parts(split: SplitResult, compiled_dir: Path, options: CompileOptions, partition: PartitionOptions,
+                  compile_one: CompileOne, reporter: Reporter | None = None) -> list[CompileResult]:
+    """Compile every part with `compile_one`, several at once when `jobs` and the memory budget allow."""
     reporter = reporter or SilentReporter()
     jobs = max(1, partition.jobs or os.cpu_count() or 1)
     memory = partition.memory_budget or int(0.9 * available_memory())
@@ -123,7 +82,7 @@ def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partitio
                 while pending and len(running) < jobs and (not running or sum(running.values()) + estimate_peak(pending[0][0].weight_bytes) <= memory):
                     part, name = pending.pop(0)
                     reporter.stage(f"compiling part {part.index + 1}/{len(split.parts)} ({format_size(part.weight_bytes)} of weights)")
-                    future = pool.submit(_compile_one, split.directory / name, compiled_dir, options)
+                    future = pool.submit(compile_one, split.directory / name, compiled_dir, options)
                     running[future] = estimate_peak(part.weight_bytes)
                     future.part = (part.index, name)  # type: ignore[attr-defined]
                 done, _ = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
@@ -138,12 +97,6 @@ def compile_parts(split: SplitResult, compiled_dir: Path, options: Any, partitio
     return [results[i] for i in sorted(results)]
 
 
-def _compile_one(part: Path, compiled_dir: Path, options: Any) -> CompileResult:
-    from ortcompile.compile.job import compile_model
-
-    return compile_model(part, compiled_dir, options)
-
-
 def _result_of(future: Future[CompileResult], name: str) -> CompileResult:
     try:
         return future.result()
@@ -151,4 +104,3 @@ def _result_of(future: Future[CompileResult], name: str) -> CompileResult:
         raise type(exc)(f"part {name}: {exc.message}", exc.detail) from exc
     except Exception as exc:
         raise CompilationFailed(f"part {name}: {type(exc).__name__}: {exc}") from exc
-

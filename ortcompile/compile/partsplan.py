@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
-from ortcompile.compile.layout import LayoutPolicy
 from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.layout import LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.output.digest import InputDigest

@@ -24,11 +24,12 @@ from typing import Any
 from ortcompile.compile.epfixes import FixReport, apply_ep_fixes
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.inplace import SetAside, merge, set_aside
-from ortcompile.compile.shapes import Pins, apply_pins, value_dims
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.native import native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
 from ortcompile.paths import model_dir
+from ortcompile.plan.shapes import Pins, apply_pins, value_dims
 from ortcompile.run.sessions import LEAN_CONFIG
 
 OPTIMIZATION = "ort-basic"
@@ -161,14 +162,10 @@ def _optimize(model_bytes: bytes, source: Path, prepared: Path, data_name: str, 
 def _cpu_options(source: Path, optimize: bool) -> Any:
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    configure_session_logging(options)
     level = ort.GraphOptimizationLevel
-    options.graph_optimization_level = level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL
     # The pinned graph is passed as bytes: its external data is found in the source's own directory.
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(model_dir(source)))
-    options.add_session_config_entry(LEAN_CONFIG, "1")
-    return options
+    return session_options(None, config={"session.model_external_initializers_file_folder_path": str(model_dir(source)), LEAN_CONFIG: "1"},
+                           graph_optimization_level=level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL)
 
 
 def _load(model: bytes | str, options: Any) -> None:
@@ -189,7 +186,7 @@ def _prepare_failed(exc: Exception, model_bytes: bytes, source: Path, pins: Pins
     except Exception:
         import onnx
 
-        from ortcompile.compile.freeze import freeze_suggestion
+        from ortcompile.readback.hints import freeze_suggestion
 
         shown = ", ".join(f"{k}={v}" for k, v in pins.named.items()) or "the given shapes"
         suggestion = freeze_suggestion(onnx.load_model(str(source), load_external_data=False)) or " (try other --fix-dim/--fix-shape values)"

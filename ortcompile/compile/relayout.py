@@ -19,8 +19,6 @@ from typing import Any
 
 from ortcompile.compile.datapass import DataPass
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.shapes import Pins, apply_pins
-from ortcompile.compile.source import SourceModel
 from ortcompile.errors import InvalidModel
 from ortcompile.onnxfacts import (
     ATTR_TENSOR,
@@ -36,6 +34,8 @@ from ortcompile.onnxfacts import (
     stored_nbytes,
 )
 from ortcompile.paths import model_dir, resolve_inside
+from ortcompile.plan.shapes import Pins, apply_pins
+from ortcompile.plan.source import SourceModel
 
 KeepInline = Callable[[str, str], bool]  # (graph path, tensor name) -> keep it in the proto
 

@@ -16,7 +16,6 @@ Each model gets its own manifest listing every file it needs, shared ones marked
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,46 +25,22 @@ from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpStep, EpStepOutput, run_ep_step, run_relayout
 from ortcompile.compile.finish import Built, finish
 from ortcompile.compile.graphpass import StagedNames
-from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob, Workers
-from ortcompile.compile.layout import DataLayout, Placement
+from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob
 from ortcompile.compile.ortstep import NothingCompiled
+from ortcompile.compile.shareddata import SharedDataPass
 from ortcompile.errors import UsageError, output_error
+from ortcompile.layout import DataLayout
 from ortcompile.naming import strip_onnx
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import WrittenFile, digest_inputs_in_background
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter, SilentReporter
+from ortcompile.worker import Workers
 
 SHARE_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARING = "ep.stop_share_ep_contexts"
 PINS = ("fix_dims", "fix_shapes")  # options the models of a batch may differ in: a batch's --fix-dim fits each model
-
-
-class SharedDataPass(DataPass):
-    """One data pass for the whole batch: writes each distinct tensor content once."""
-
-    def __init__(self, sink: FileSink, shared_name: str, layout: DataLayout) -> None:
-        super().__init__(sink, shared_name, layout)
-        self.by_content: dict[str, Placement] = {}
-        self.reused_bytes = 0
-
-    def store(self, name: str, data: memoryview, element_size: int, origin: tuple[int, int] | None = None) -> Placement:
-        key = hashlib.sha256(data).hexdigest()
-        earlier = self.by_content.get(key)
-        needed = self.layout.policy.alignment_for(len(data), element_size)
-        if earlier is not None and earlier.nbytes == len(data) and earlier.offset % needed == 0:
-            self.reused_bytes += len(data)
-            return earlier
-        placement = super().store(name, data, element_size, origin)
-        self.by_content[key] = placement
-        return placement
-
-    def abandon(self) -> None:
-        """Per-model failures abort the whole batch; the staging directory is removed by its owner."""
-
-    def close(self) -> list[WrittenFile]:
-        return DataPass.finish(self)
 
 
 def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
@@ -82,7 +57,7 @@ def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | 
     jobs: list[CompileJob] = []
     try:
         for source, model_options in zip(sources, chosen):
-            jobs.append(CompileJob.plan(Path(source), output_dir, model_options, reporter))
+            jobs.append(CompileJob.open(Path(source), output_dir, model_options, reporter))
         return _compile_planned(jobs, output_dir)
     except BaseException:
         if jobs:
@@ -103,30 +78,31 @@ def _batch_options(sources: list[Path], options: CompileOptions | Callable[[Path
 
 
 def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileResult]:
-    models = [job.names.model for job in jobs]
+    models = [job.plan.names.model for job in jobs]
     if len(set(models)) != len(models):
         raise UsageError(f"--share-weights: two models would both be named {next(m for m in models if models.count(m) > 1)}")
-    workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].worker_label)
+    workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].plan.worker_label)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, workers:
-        digests = [digester.submit(digest_inputs_in_background, j.source.path.absolute(), j.source.external_files) for j in jobs]
+        digests = [digester.submit(digest_inputs_in_background, j.plan.source.path.absolute(), j.plan.source.external_files) for j in jobs]
         try:
             builds = _build_batch(jobs, staging.path, workers)
         except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...
             raise output_error(exc, f"outputs in {output_dir}") from exc
-        unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].ep.name) if jobs[0].compiles else None
-        return finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked)
+        unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].plan.ep.name) if jobs[0].plan.compiles else None
+        finished = finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked)
+        return [job.result(built, done) for job, built, done in zip(jobs, builds, finished)]
 
 
 def _build_batch(jobs: list[CompileJob], staging_dir: Path, workers: Workers) -> list[Built]:
     """Passes 1 and 2 of every model into the stage: one data pass and one EP context for all of them."""
-    shared_name = f"{strip_onnx(jobs[0].source.path.name)}_shared"
+    shared_name = f"{strip_onnx(jobs[0].plan.source.path.name)}_shared"
     steps = [job.step(staging_dir, _sharing_config(job, last=(i == len(jobs) - 1))) for i, job in enumerate(jobs)]
-    if jobs[0].compiles:  # one child for the whole batch: the EP shares its context within one process
+    if jobs[0].plan.compiles:  # one child for the whole batch: the EP shares its context within one process
         worker = workers.get()
         try:
             outputs, data_files, reused = worker.call(run_shared_steps, steps, shared_name, doing="compiling the batch")
         except NothingCompiled as exc:
-            job = next((j for j in jobs if j.source.path.name == exc.model), jobs[0])
+            job = next((j for j in jobs if j.plan.source.path.name == exc.model), jobs[0])
             raise job.explain_nothing_compiled(exc) from exc
         peak = worker.peak_rss_bytes
     else:
@@ -142,7 +118,7 @@ def _build_batch(jobs: list[CompileJob], staging_dir: Path, workers: Workers) ->
 
 
 def _sharing_config(job: CompileJob, last: bool) -> dict[str, str]:
-    if not job.compiles:
+    if not job.plan.compiles:
         return {}
     return {SHARE_CONTEXTS: "1", **({STOP_SHARING: "1"} if last else {})}
 

@@ -12,6 +12,7 @@ file), so splitting a model costs about its size in disk and little memory.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from dataclasses import dataclass
@@ -20,20 +21,22 @@ from typing import Any
 
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
-from ortcompile.compile.shapes import Pins, apply_pins, require_static, value_dims
-from ortcompile.compile.source import SourceModel
 from ortcompile.errors import CompilationFailed, InvalidModel, output_error
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
-from ortcompile.output.digest import hash_file
+from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
+from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
 from ortcompile.paths import model_dir
+from ortcompile.plan.planner import SourcePlan, plan_source
+from ortcompile.plan.shapes import Pins, apply_pins, require_static, value_dims
+from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter, SilentReporter
 
 
@@ -223,24 +226,19 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
 
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
     each part with them and stitches into `stitch_output` (None: `stitched/` in `out_dir`)."""
-    from ortcompile.compile.job import plan_source
-    from ortcompile.compile.parts import part_budget, part_options, plan_record
-    from ortcompile.output.digest import digest_inputs
-    from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
-
     reporter = reporter or SilentReporter()
     out = Path(out_dir)
     args = part_cli_args(part_options(options))
     make_fragment(out, strip_onnx(Path(source_path).name), 0, args, stitch_output)  # names Make cannot carry: refused before any work
     reporter.stage("reading model")
-    source, ep, pins, require = plan_source(Path(source_path), options)
-    job = SplitJob(source, ep, options, require)
+    planned = plan_source(Path(source_path), options)
+    source, pins = planned.source, planned.pins
     created = prepare_output_dir(out)
     try:
         digest = digest_inputs(source.path.absolute(), source.external_files)
         with Staging(out) as staging:
             reporter.stage(f"splitting {source.path.name}")
-            staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(job, digest, out))
+            staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(planned, digest, out))
             result = SplitResult(out, staged.stem, staged.plan, staged.parts)
             fragment = make_fragment(out, result.stem, len(result.parts), args, stitch_output)
             _write_bytes(staging.path / fragment_name(result.stem), fragment.encode())
@@ -255,16 +253,6 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         raise
     reporter.stage(f"wrote {len(result.parts)} parts to {out}")
     return result
-
-
-@dataclass(frozen=True)
-class SplitJob:
-    """What the plan record needs of a split (the same questions a CompileJob answers)."""
-
-    source: SourceModel
-    ep: Any  # eps.ResolvedEp
-    options: CompileOptions
-    require_compiled: bool
 
 
 def _previous_split(out: Path, stem: str, files: list[str], inputs: list[Path]) -> list[str]:
@@ -308,3 +296,35 @@ def part_cli_args(options: CompileOptions) -> list[str]:
     if options.require_compiled is not None:
         args.append("--require-compiled" if options.require_compiled else "--allow-partial")
     return args
+
+
+DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
+
+
+def part_budget(options: CompileOptions) -> int:
+    """Bytes of weights per part: --partition SIZE, else --max-context-size, else the EP's graph limit."""
+    assert options.partition is not None
+    return options.partition.budget or options.max_context_size or DEFAULT_CONTEXT_SIZE
+
+
+def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> dict[str, Any]:
+    """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
+    (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
+    records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""
+    return {"options": plan.recorded_options(),
+            "input": None if digest is None else {"sha256": digest.combined,
+                                                  "files": [{"name": n, "size": s, "sha256": h} for n, s, h in digest.files]},
+            "source_ops": plan.source.op_counts,
+            "source_weight_bytes": plan.source.weight_bytes,
+            "source_path": Path(os.path.relpath(plan.source.path.absolute(), parts_dir.absolute())).as_posix(),
+            "compile_args": part_cli_args(part_options(plan.options))}
+
+
+def part_options(options: CompileOptions) -> CompileOptions:
+    """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
+    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
+    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
+    on the stitched model)."""
+    return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
+                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
+                               output_name=None, compatibility=False, lint=False)

@@ -9,7 +9,7 @@ distinct file names, so their EPContext nodes (named after a hash of that name) 
 its bytes are used, each compiled part is proved to be the planned one, compiled as planned and unchanged
 (partcheck.py); the plan itself is validated as it is read (partsplan.py).
 
-`StitchJob` is what `finish` checks, records and publishes: the manifest comes from the parts plan (the options
+`StitchJob` drives a stitch and hands `finish` its plan as data: the manifest comes from the parts plan (the options
 and input digest recorded at the split), so `split` + `compile` per part + `stitch` gives the bytes `--partition` does.
 """
 
@@ -21,31 +21,31 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ortcompile import eps
 from ortcompile.compile.datapass import DataPass, FileSink
-from ortcompile.compile.epstep import EpRequest, EpStepOutput
-from ortcompile.compile.finish import Built, finish, node_counts, open_destination, run_check, stage_graph
+from ortcompile.compile.epstep import EpStepOutput
+from ortcompile.compile.finish import Built, Finished, FinishPlan, ManifestPlan, finish, open_destination, stage_graph
 from ortcompile.compile.fragmentation import judge_fragmentation
-from ortcompile.compile.layout import DataLayout, LayoutPolicy
 from ortcompile.compile.partcheck import CompiledPart, PartVerifier
 from ortcompile.compile.partsplan import PartsPlan, is_part_file
 from ortcompile.compile.relayout import relayout_model
-from ortcompile.compile.sharing import SharedDataPass
+from ortcompile.compile.shareddata import SharedDataPass
+from ortcompile.eps.request import ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, UsageError, output_error
+from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import OutputNames
-from ortcompile.native import native_output_shown, peak_rss_bytes
+from ortcompile.native import available_memory, native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
 from ortcompile.options import CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.output.publish import Staging, previous_outputs, remove_created_dirs
 from ortcompile.paths import UnsafePath, resolve_inside
+from ortcompile.plan.planner import CheckPlan, VerifyPlan, ep_request
 from ortcompile.progress import Reporter, SilentReporter
-
-if TYPE_CHECKING:
-    from ortcompile.compile.job import Workers
+from ortcompile.worker import Workers
 
 # A worker child with onnxruntime and the EP loaded, before it opens a model (measured ~300 MiB with QNN).
 CHECK_PROCESS_BYTES = 512 << 20
@@ -53,7 +53,7 @@ CHECK_PROCESS_BYTES = 512 << 20
 
 @dataclass
 class StitchJob:
-    """Compiled parts to one output: implements finish's `Finishing` protocol."""
+    """Compiled parts to one output: what `ortcompile stitch` and `--partition` drive to finish."""
 
     plan: PartsPlan
     compiled_dir: Path
@@ -68,7 +68,6 @@ class StitchJob:
     created_dirs: list[Path] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
-    check_report: dict[str, Any] | None = None
     part_results: list[CompileResult] = field(default_factory=list)  # --partition: each part's compile
     part_manifests: list[Manifest] = field(default_factory=list)
     source_missing: str = ""  # why `source` is None: the check loads only
@@ -89,10 +88,6 @@ class StitchJob:
         protected = [plan_path, *(compiled_dir / OutputNames.for_source(p).model for p in plan.parts), *([source] if source else [])]
         created = open_destination(output_dir, names, force, protected, reporter)
         return cls(plan, compiled_dir, output_dir, names, options, ep, source, reporter, protected, created_dirs=created, source_missing=missing)
-
-    @property
-    def inputs(self) -> list[Path]:
-        return self.protected
 
     def build(self, staging_dir: Path) -> Built:
         """The stitched graph and its data in the stage (pass 2 included)."""
@@ -117,25 +112,34 @@ class StitchJob:
         if self.ep.info.compiles:  # the parts may each be whole while CPU nodes sit between them
             judge_fragmentation(step.graph_proto, Path(self.plan.source).name, self.ep.info.short_name, self.ep.name,
                                 bool(self.plan.options.get("prepare", True)), self.options.require_full)
-        return Built(self, files, graph, step)
+        return Built(self.finish_plan(staging_dir), files, graph, step)
 
-    def check(self, staging_dir: Path, workers: Workers) -> dict[str, Any]:
+    def finish_plan(self, staging_dir: Path) -> FinishPlan:
+        """What finish needs of the stitched model, as data (the parts are read: their manifests say the versions)."""
+        first = self.part_manifests[0]
+        parts = tuple({"model": name, "nodes": spec["nodes"], "weight_bytes": spec["weight_bytes"],
+                       "epcontext": manifest.nodes.get("epcontext", 0), "remaining_ops": manifest.nodes.get("remaining_ops", {})}
+                      for name, spec, manifest in zip(self.plan.parts, self.plan.specs, self.part_manifests))
+        record = ManifestPlan(first.versions, self.plan.options, self.plan.source_ops, first.target, parts)
+        verify = None
+        if self.options.verify:
+            assert self.source is not None  # plan_stitch refuses --verify without the source
+            verify = VerifyPlan(self.source, self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), self.options.verify_criterion)
+        return FinishPlan(self.names, self.output_dir, self.protected, self.stamp_source, self.options.force, self.check_plan(staging_dir),
+                          verify, record, self.reporter)
+
+    def check_plan(self, staging_dir: Path) -> CheckPlan:
         """The stitched model opened on its EP (and run against the source when it is at hand), like any output: never
         published unopened unless --check none says so. Every part was also checked on its own when it compiled."""
-        from ortcompile.compile.job import ep_precision
-
         mode = effective_check(self.options.check, self.plan.weight_bytes)
         if mode == "run" and self.source is None:
             self.reporter.detail(f"check: {self.source_missing}: loading the output only")
             mode = "load"
-        if mode == "none":
-            return {"mode": "none", "passed": None}
-        mode = self._mode_within_memory(mode, self._output_bytes(staging_dir))
-        outcome = run_check(staging_dir / self.names.model, self.source or self.plan.path, self._request, self.ep.info.short_name, mode,
-                            ep_precision(self.ep, op_counts=self.plan.source_ops), self.plan.dims,
-                            self._given(), workers, self.reporter)
-        self.timings["check"], self.peaks["check"], self.check_report = outcome.seconds, outcome.peak_rss_bytes, outcome.report
-        return outcome.record
+        if mode != "none":
+            mode = self._mode_within_memory(mode, self._output_bytes(staging_dir))
+        # --input included: the parts never see it, the stitched model does
+        return CheckPlan(mode, self.source or self.plan.path, ep_request(self.options), self.ep.info.short_name,
+                         ep_precision(self.ep, self.plan.source_ops), self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), None)
 
     def _output_bytes(self, staging_dir: Path) -> int:
         """What opening the output costs: its staged files (the EP's contexts are read whole; data is mapped)."""
@@ -145,8 +149,6 @@ class StitchJob:
         """`run` becomes `load` when the output and the source do not fit in memory together; when the output alone
         does not, nothing is published (--check none publishes it unopened). The limit is --memory-budget when
         given (the whole compile stays within it), else the memory available now."""
-        from ortcompile.compile.parts import available_memory
-
         budget = self.options.partition.memory_budget if self.options.partition else None
         limit = budget or available_memory()
         where = "--memory-budget" if budget else "available"
@@ -162,44 +164,11 @@ class StitchJob:
                                     "unopened (each part was checked when it compiled)")
         return mode
 
-    def _given(self) -> dict[str, Any]:
-        from ortcompile.compile.job import given_inputs
-
-        return given_inputs(self.options)  # --input included: the parts never see it, the stitched model does
-
-    @property
-    def _request(self) -> EpRequest:
-        from ortcompile.compile.job import ep_request
-
-        return ep_request(self.options)
-
-    def manifest(self, built: Built, digest: InputDigest, check: dict[str, Any], shared: set[str] | None = None) -> Manifest:
-        from ortcompile.output.manifest import file_entries
-
-        first = self.part_manifests[0]
-        parts = tuple({"model": name, "nodes": spec["nodes"], "weight_bytes": spec["weight_bytes"],
-                       "epcontext": manifest.nodes.get("epcontext", 0), "remaining_ops": manifest.nodes.get("remaining_ops", {})}
-                      for name, spec, manifest in zip(self.plan.parts, self.plan.specs, self.part_manifests))
-        return Manifest(model=self.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
-                        input_files=digest.input_files, versions=first.versions, options=self.plan.options,
-                        nodes=node_counts(self.plan.source_ops, built.graph),
-                        initializers={"external": built.step.external_count, "inline": built.step.inline_count},
-                        check=check, target=first.target, parts=parts)
-
-    def verify(self, model: Path) -> None:
-        from ortcompile.readback.verify import verify_model
-
-        assert self.source is not None  # plan_stitch refuses --verify without the source
-        self.reporter.stage("verifying against the source")
-        clock = time.perf_counter()
-        report = verify_model(model, self.source, dims=self.plan.dims, inputs=self._given(), time_source=False,
-                              **self.options.verify_criterion)
-        if not report.ok:
-            error = report.exception()
-            raise type(error)(f"not published: {error.message}")
-        self.timings["verify"] = time.perf_counter() - clock
-
-    def result(self, built: Built, manifest: Manifest) -> CompileResult:
+    def result(self, built: Built, finished: Finished) -> CompileResult:
+        manifest, check = finished.manifest, finished.check
+        if check.report is not None:
+            self.timings["check"], self.peaks["check"] = check.seconds, check.peak_rss_bytes
+        self.timings.update(finished.timings)
         if self.part_results:
             parts = {"budget_bytes": self.plan.budget_bytes, "parts": [
                 {"model": r.model, "weight_bytes": spec["weight_bytes"], "epcontext_nodes": r.epcontext_nodes, "peak_rss_bytes": r.peak_rss_bytes,
@@ -214,7 +183,7 @@ class StitchJob:
             remaining_ops=built.graph.remaining_ops, graph_bytes=built.graph.graph_bytes, external_initializers=built.step.external_count,
             inline_initializers=built.step.inline_count, timings=self.timings, peak_rss_bytes=max(peak_rss_bytes(), compile_peak),
             inputs=list(self.protected), peak_rss_by_stage={**({"compile": compile_peak} if compile_peak else {}), **self.peaks},
-            check=self.check_report, parts=parts)
+            check=check.report, parts=parts)
 
 
 def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str],
@@ -224,8 +193,6 @@ def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathL
 
     `replace_stitched` (the Make fragment's stitch): replace an earlier stitched output of this model, as `force`
     would, but refuse any other output there."""
-    from ortcompile.compile.job import Workers
-
     reporter = reporter or SilentReporter()
     job = StitchJob.plan_stitch(Path(plan_path), Path(compiled_dir), Path(output_dir), check, force, verify, ep_library, reporter,
                                 replace_stitched)
@@ -234,7 +201,7 @@ def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathL
     try:
         with Workers(native_output_shown(), reporter, f"the {job.ep.info.short_name} EP") as workers, Staging(job.output_dir) as staging:
             built = job.build(staging.path)
-            return finish([built], staging, workers, [digest])[0]
+            return job.result(built, finish([built], staging, workers, [digest])[0])
     except BaseException:
         remove_created_dirs(job.created_dirs)
         raise

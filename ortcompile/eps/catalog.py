@@ -12,6 +12,7 @@ lower-cased, keeping only letters and digits (``QNNExecutionProvider`` → ``qnn
 from __future__ import annotations
 
 import difflib
+import functools
 import re
 import warnings
 from dataclasses import dataclass, field, replace
@@ -58,8 +59,6 @@ class EpInfo:
         """The installed wheel providing the EP (cheap: package metadata only)."""
         if self.module is None and self.library is None:
             return "onnxruntime"
-        from ortcompile.eps.discovery import installed_distribution
-
         return installed_distribution(self) or self.pip_name or self.module or "unknown"
 
     def required_options(self, module: Any) -> dict[str, str]:
@@ -221,3 +220,27 @@ def parse_ep_options(pairs: list[str] | tuple[str, ...]) -> dict[str, str]:
             raise UsageError(f"bad --ep-option {pair!r}: expected KEY=VALUE, e.g. htp_graph_finalization_optimization_mode=3")
         options[key.strip()] = value.strip()
     return options
+
+
+@functools.cache
+def distribution_of_module(module: str) -> str | None:
+    import importlib.metadata
+
+    try:
+        dists = importlib.metadata.packages_distributions().get(module, [])
+    except Exception:  # broken metadata of an unrelated package must not break discovery
+        return None
+    return dists[0] if dists else None
+
+
+def installed_distribution(info: EpInfo) -> str | None:
+    """The first of the EP's wheels that is installed (TensorRT RTX: -cu13, -cu12 or the meta-package)."""
+    import importlib.metadata
+
+    for dist in info.distributions:
+        try:
+            importlib.metadata.version(dist)
+            return dist
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return distribution_of_module(info.module) if info.module else None

@@ -12,12 +12,18 @@ Reading the info needs only the graph proto (`read_compatibility_info`, for `ins
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.eps.discovery import lookup
+from ortcompile.eps.registry import devices_of, register
+from ortcompile.eps.targets import QNN_TARGETS, describe_device
+from ortcompile.eps.validate import captured_native_output
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
 from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
+from ortcompile.worker import answer_parent, run_child
 
 METADATA_PREFIX = "ep_compatibility_info."
 VERDICTS = {
@@ -86,8 +92,6 @@ def decode_info(ep_name: str, info: str) -> dict[str, Any] | None:
     if ep_name == "QNNExecutionProvider" and info.startswith("v2:"):
         parts = info.split(":")  # v2:<backend id>:<QNN SDK>:<backend API>:<htp archs>:<soc models>:<vtcm MBs>:<user driver>
         if len(parts) == 8:
-            from ortcompile.eps.targets import QNN_TARGETS
-
             socs = [int(s) for s in parts[5].split(",") if s.isdigit()]
             names = [next((t.name for t in QNN_TARGETS if t.option_dict.get("soc_model") == str(s)), None) for s in socs]
             return {"format": "qnn-v2", "backend_id": parts[1], "qnn_sdk": parts[2], "backend_api": parts[3],
@@ -127,46 +131,28 @@ _MARK = "ortcompile-compat: "
 
 
 def _ask_in_child(ep_name: str, info: str, decoded: dict[str, Any] | None, timeout: float = 300) -> EpCompatibility:
-    import signal
-    import subprocess
-    import sys
-
-    code = "from ortcompile.eps.compat import _child_main; _child_main()"
-    try:
-        child = subprocess.run([sys.executable, "-c", code, json.dumps({"ep": ep_name, "info": info})],
-                               capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return EpCompatibility(ep_name, info, "unknown", f"{ep_name} did not answer within {timeout:.0f} s", decoded=decoded)
-    answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
-    if child.returncode == 0 and answers:
-        return EpCompatibility(**json.loads(answers[-1]))
-    if child.returncode < 0:
-        why = f"{ep_name} crashed while checking ({signal.Signals(-child.returncode).name})"
+    run = run_child("ortcompile.eps.compat:_child_main", {"ep": ep_name, "info": info}, _MARK, timeout)
+    if run.answer is not None:
+        return EpCompatibility(**run.answer)
+    if run.returncode is None:
+        why = f"{ep_name} did not answer within {timeout:.0f} s"
+    elif run.killed_by_signal:
+        why = f"{ep_name} crashed while checking ({run.crash})"
     else:
-        lines = [line for line in child.stderr.splitlines() if line.strip()]
-        why = f"{ep_name} could not check: {lines[-1] if lines else f'exit code {child.returncode}'}"
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        why = f"{ep_name} could not check: {lines[-1] if lines else f'exit code {run.returncode}'}"
     return EpCompatibility(ep_name, info, "unknown", why, decoded=decoded)
 
 
 def _child_main() -> None:
     """Child side of _ask_in_child: one JSON line on stdout."""
-    import os
-    import sys
-
     spec = json.loads(sys.argv[1])
     entry = _ask(spec["ep"], spec["info"], decode_info(spec["ep"], spec["info"]))
-    sys.stdout.write(_MARK + json.dumps(entry.__dict__) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # skip EP teardown: some plugins abort in static destructors
+    answer_parent(_MARK, entry.__dict__)
 
 
 def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibility:
     from onnxruntime.capi import _pybind_state as binding
-
-    from ortcompile.eps.discovery import lookup
-    from ortcompile.eps.registry import devices_of, register
-    from ortcompile.eps.targets import describe_device
-    from ortcompile.eps.validate import captured_native_output
 
     try:
         ep = lookup(ep_name)

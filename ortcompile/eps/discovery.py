@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS, EpInfo, short_name_for
+from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS, EpInfo, distribution_of_module, short_name_for
 from ortcompile.eps.targets import find_target, static_targets
 from ortcompile.errors import UsageError
 
@@ -97,10 +97,10 @@ def all_eps() -> list[EpInfo]:
         for ep_name in package.ep_names:
             if ep_name in by_name:
                 continue
-            result.setdefault(ep_name, EpInfo.unknown(ep_name, module=package.module, pip_name=_distribution_of_module(package.module)))
+            result.setdefault(ep_name, EpInfo.unknown(ep_name, module=package.module, pip_name=distribution_of_module(package.module)))
         if not package.ep_names and not any(info.module == package.module for info in result.values()):
             fallback = package.module.removeprefix(PLUGIN_PREFIX).removeprefix("ep_")
-            result.setdefault(f"?{package.module}", EpInfo(fallback, "", True, package.module, _distribution_of_module(package.module),
+            result.setdefault(f"?{package.module}", EpInfo(fallback, "", True, package.module, distribution_of_module(package.module),
                                                          known=False, note="EP name known only after import"))
     for info in _EXTRA.values():  # never in place of a packaged EP: `--ep qnn` keeps meaning the package
         result.setdefault(info.ep_name, info)
@@ -165,30 +165,6 @@ def _imported(info: EpInfo) -> EpInfo:
     if not names:
         raise UsageError(f"{info.module}: get_ep_names() returned no EP name")
     return KNOWN_EPS.get(short_name_for(names[0])) or EpInfo.unknown(names[0], module=info.module, pip_name=info.pip_name)
-
-
-@functools.cache
-def _distribution_of_module(module: str) -> str | None:
-    import importlib.metadata
-
-    try:
-        dists = importlib.metadata.packages_distributions().get(module, [])
-    except Exception:  # broken metadata of an unrelated package must not break discovery
-        return None
-    return dists[0] if dists else None
-
-
-def installed_distribution(info: EpInfo) -> str | None:
-    """The first of the EP's wheels that is installed (TensorRT RTX: -cu13, -cu12 or the meta-package)."""
-    import importlib.metadata
-
-    for dist in info.distributions:
-        try:
-            importlib.metadata.version(dist)
-            return dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return _distribution_of_module(info.module) if info.module else None
 
 
 def is_installed(info: EpInfo) -> bool:

@@ -16,67 +16,23 @@ import importlib
 import importlib.metadata
 import os
 import warnings
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any
 
+from ortcompile import worker
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, check_option_keys
 from ortcompile.eps.discovery import add_library_ep, all_eps, is_installed, library_info, lookup
+from ortcompile.eps.resolved import ResolvedEp
 from ortcompile.eps.targets import Target, apply_target, default_target, describe_device, device_matches, device_targets, find_target, static_targets
+from ortcompile.eps.validate import probe_library, validate_options
 from ortcompile.errors import ComponentMissing, EpUnavailable, OrtCompileWarning, UsageError, first_line
 from ortcompile.native import apply_ort_log_level, native_stdout_to_stderr
-
-if TYPE_CHECKING:
-    import onnxruntime as ort
 
 VIRTUAL_SUFFIX = ".virtual"
 EXTRAS = ("qnn", "openvino", "webgpu", "nvtensorrtrtx")  # pyproject optional-dependencies named after the EP
 _REGISTERED: set[str] = set()  # registration names this process registered
 _PROBED: set[str] = set()  # library paths a child process loaded without crashing
-crash_contained = False  # this process is a child whose crash its parent reports: libraries load without a probe
-
-
-def mark_crash_contained() -> None:
-    """Say that this process is a disposable child (compile/worker.py, the probes of validate.py)."""
-    global crash_contained
-    crash_contained = True
-
-
-@dataclass
-class ResolvedEp:
-    """An EP ready to configure a session: its devices, the provider options to pass, the target."""
-
-    info: EpInfo
-    devices: list[Any]  # ort.OrtEpDevice
-    options: dict[str, str]
-    version: str
-    target: Target | None = None
-    overridden: tuple[str, ...] = ()  # target options the user replaced with --ep-option
-    warnings: list[str] = field(default_factory=list)
-    defaults: dict[str, str] = field(default_factory=dict)  # the options without the user's: required + target
-
-    @property
-    def name(self) -> str:
-        return self.info.ep_name
-
-    def configure(self, session_options: ort.SessionOptions) -> None:
-        if self.info.ep_name == CPU_EP:
-            return  # the CPU EP is always there; adding it explicitly changes nothing
-        session_options.add_provider_for_devices(self.devices, self.options)
-
-    def target_record(self) -> dict[str, Any] | None:
-        """What the manifest records: the target's name and options, and the device compiled for."""
-        if self.target is None:
-            return None
-        record: dict[str, Any] = {"name": self.target.name, "default": self.target.default, "virtual": self.target.virtual,
-                                  "options": {k: self.options[k] for k, _ in self.target.options if k in self.options}}
-        if self.overridden:
-            record["overridden_by_ep_option"] = list(self.overridden)
-        if self.devices and self.info.ep_name != CPU_EP:
-            device = describe_device(self.devices[0])
-            record["device"] = {"type": device["type"], "vendor": device["vendor"], "virtual": device["virtual"],
-                                **{k: v for k, v in device["ep_metadata"].items() if k in ("npu_platform", "ov_device")}}
-        return record
 
 
 def _import_plugin(info: EpInfo) -> Any:
@@ -103,9 +59,7 @@ def register(info: EpInfo, virtual: bool = False) -> Any:
         mismatch = diagnose.cuda_mismatch(info, info.distribution, diagnose.cuda_driver_version()) if info.cuda_major else None
         if mismatch:
             raise ComponentMissing(mismatch)
-    if info.library is not None and not crash_contained and info.library not in _PROBED:
-        from ortcompile.eps.validate import probe_library
-
+    if info.library is not None and not worker.crash_contained and info.library not in _PROBED:
         probe_library(info)  # raises when loading it fails or kills the child
         _PROBED.add(info.library)
     try:
@@ -228,8 +182,6 @@ def _resolve_one(info: EpInfo, options: dict[str, str], target: str | None, vali
                      f"--target {chosen.name if chosen else target}")
     resolved = ResolvedEp(info, devices[:1], {**required, **merged}, version_of(info, devices), chosen, tuple(overridden), defaults=defaults)
     if validate and (options or target is not None):
-        from ortcompile.eps.validate import validate_options
-
         notes.extend(validate_options(resolved, options, explicit_target=target is not None))
     for note in notes:
         warnings.warn(note, OrtCompileWarning, stacklevel=3)

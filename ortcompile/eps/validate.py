@@ -28,13 +28,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ortcompile import errors, native
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
+from ortcompile.onnxfacts import tiny_static_model
+from ortcompile.worker import run_child
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
-    from ortcompile.eps.registry import ResolvedEp
+    from ortcompile.eps.resolved import ResolvedEp
 
 _HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -87,8 +91,6 @@ def parse_log(text: str) -> list[LogLine]:
 def captured_native_output() -> Iterator[io.StringIO]:
     """File descriptor 2 (ONNX Runtime's log) into the yielded buffer while native code runs; fd 1 (SDK banners
     printed with printf) is captured apart and dropped. Both are shown on stderr afterwards under -v."""
-    from ortcompile import native
-
     sink = io.StringIO()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -115,19 +117,15 @@ def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
     """Create the EP with these options and compile the one-node model (what a real compile does first)."""
     import onnxruntime as ort
 
-    from ortcompile.compile.ortstep import tiny_static_model
-
     model = tiny_static_model().SerializeToString()
     error = None
     with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch, captured_native_output() as log:
-        session_options = ort.SessionOptions()
-        session_options.log_severity_level = 2  # warnings: where EPs say a value is not valid
-        if ep.info.ep_name != CPU_EP:
-            session_options.add_provider_for_devices(ep.devices, options)
-        session_options.add_session_config_entry("ep.context_file_path", str(Path(scratch) / "probe_ctx.onnx"))
+        # log severity 2, warnings: where EPs say a value is not valid
+        probe_options = session_options(ep, config={"ep.context_file_path": str(Path(scratch) / "probe_ctx.onnx")}, provider_options=options,
+                                        log_severity=2)
         flags = ort.OrtCompileApiFlags.ERROR_IF_NO_NODES_COMPILED if ep.info.compiles else ort.OrtCompileApiFlags.NONE
         try:
-            compiler = ort.ModelCompiler(session_options, model, flags=flags)
+            compiler = ort.ModelCompiler(probe_options, model, flags=flags)
             compiler.compile_to_stream(io.BytesIO().write)
         except Exception as exc:  # the EP's reason, whatever its type
             error = str(exc)
@@ -170,17 +168,14 @@ def validate_options(ep: ResolvedEp, user_options: dict[str, str], explicit_targ
            ep.target.name if ep.target else None)
     if key not in _CACHE:
         user = {k: v for k, v in user_options.items() if k in ep.options}
-        _CACHE[key] = _check_in_child(ep, user_options, explicit_target) if isolate else _check(ep, user, explicit_target)
+        _CACHE[key] = _check_in_child(ep, user_options, explicit_target) if isolate else check_options(ep, user, explicit_target)
     return found + _CACHE[key]
 
 
-_MARK = "ortcompile-validate: "
+MARK = "ortcompile-validate: "
 
 
 def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_target: bool) -> list[str]:
-
-    from ortcompile import errors, native
-
     spec = {"ep": ep.info.ep_name, "library": ep.info.library, "options": user_options, "verbose": native._show_native_output,
             "target": ep.target.name if ep.target is not None and explicit_target else None}
     answer, crash, log = _run_child(spec)
@@ -198,8 +193,6 @@ def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_targe
 def probe_library(info: EpInfo) -> None:
     """Register `info.library` (a plugin library given by path) in a child process first: EpUnavailable (exit 2)
     naming the library when loading it kills the child (a truncated or damaged file) or fails."""
-    from ortcompile import errors, native
-
     spec = {"probe": "library", "ep": info.ep_name, "library": info.library, "verbose": native._show_native_output}
     answer, crash, log = _run_child(spec)
     if crash is not None:
@@ -212,61 +205,14 @@ def probe_library(info: EpInfo) -> None:
 
 def _run_child(spec: dict) -> tuple[dict, str | None, str]:
     """(answer, how it crashed or None, its stderr)."""
-    import json
-    import signal
-    import subprocess
-
-    code = "from ortcompile.eps.validate import _child_main; _child_main()"
     spec = {**spec, "parent": os.getpid()}
-    try:
-        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        return {}, "no answer within 600 s", ""
-    if spec["verbose"] and child.stderr:
-        sys.stderr.write(child.stderr)
-    answers = [line[len(_MARK):] for line in child.stdout.splitlines() if line.startswith(_MARK)]
-    if child.returncode != 0 or not answers:
-        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
-        return {}, how, child.stderr
-    return json.loads(answers[-1]), None, child.stderr
+    run = run_child("ortcompile.eps.probechild:main", spec, MARK, timeout=600)
+    if spec["verbose"] and run.stderr:
+        sys.stderr.write(run.stderr)
+    return run.answer or {}, run.crash, run.stderr
 
 
-def _child_main() -> None:
-    """Child side of _check_in_child and probe_library: resolve as the parent did and probe, or register the
-    library; answer with one JSON line on stdout."""
-    import json
-    import warnings
-
-    from ortcompile import native
-    from ortcompile.compile.worker import die_with_parent
-    from ortcompile.eps.discovery import library_info
-    from ortcompile.eps.registry import devices_of, mark_crash_contained, register, resolve
-    from ortcompile.errors import OrtCompileError
-
-    spec = json.loads(sys.argv[1])
-    die_with_parent(spec["parent"])
-    mark_crash_contained()
-    if spec["verbose"]:
-        native.set_ort_log_level(True)
-    try:
-        if spec.get("probe") == "library":
-            info = library_info(spec["ep"], spec["library"])
-            register(info)
-            answer: dict = {"devices": len(devices_of(info))}  # listing them runs the library's factories too
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                resolved = resolve(spec["ep"], spec["options"], target=spec["target"], library=spec["library"])
-            user = {k: v for k, v in spec["options"].items() if k in resolved.options}
-            answer = {"warnings": _check(resolved, user, spec["target"] is not None)}
-    except OrtCompileError as exc:
-        answer = {"error": {"class": type(exc).__name__, "message": exc.message, "detail": exc.detail}}
-    sys.stdout.write(_MARK + json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors
-
-
-def _check(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
+def check_options(ep: ResolvedEp, user: dict[str, str], explicit_target: bool) -> list[str]:
     info = ep.info
     doing = f"compile for target {ep.target.name}" if ep.target is not None and explicit_target else "start"
     # The baseline goes first: after a device it failed to create, QNN's next EP without an explicit

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.llm.genai import CONFIG, GenaiModel, carried_files
+from ortcompile.onnxfacts import external_locations
 from ortcompile.output.digest import hash_file
 
 DISTRIBUTIONS = ("ortcompile", "onnxruntime", "onnxruntime-qnn")
@@ -21,7 +22,6 @@ DISTRIBUTIONS = ("ortcompile", "onnxruntime", "onnxruntime-qnn")
 def input_files(model: GenaiModel) -> list[Path]:
     import onnx
 
-    from ortcompile.onnxfacts import external_locations
 
     data = external_locations(onnx.load_model(str(model.model_file), load_external_data=False))
     return [model.folder / CONFIG, model.model_file, *(model.folder / d for d in data), *carried_files(model)]

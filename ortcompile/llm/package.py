@@ -29,6 +29,7 @@ from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, carried_fi
 from ortcompile.llm.incremental import build_record, why_not_current
 from ortcompile.llm.inputs import check_inputs
 from ortcompile.llm.surgery import rewrite_decoder
+from ortcompile.onnxfacts import external_locations
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import hash_and_sync
 from ortcompile.progress import Reporter, SilentReporter
@@ -126,7 +127,6 @@ def stage_pins(dims: dict[str, str], model: GenaiModel, options: LlmOptions, sta
 def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporter: Reporter) -> tuple[dict[str, CompileResult], dict[str, dict[str, int]]]:
     import onnx
 
-    from ortcompile.onnxfacts import external_locations
 
     sources = stage / SOURCES
     sources.mkdir()

@@ -31,6 +31,7 @@ from ortcompile.onnxfacts.graphs import (  # noqa: F401
     GraphSite,
     TensorKind,
     TensorSite,
+    cone,
     external_locations,
     graph_inputs,
     graph_tensor_names,
@@ -39,6 +40,7 @@ from ortcompile.onnxfacts.graphs import (  # noqa: F401
     iter_initializers,
     iter_tensors,
     op_counts,
+    tiny_static_model,
 )
 from ortcompile.onnxfacts.tensors import (  # noqa: F401
     ATTR_GRAPH,

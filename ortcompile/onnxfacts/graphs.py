@@ -155,3 +155,31 @@ def _dim(dim: onnx.TensorShapeProto.Dimension) -> int | str | None:
         name = proto_text(dim.dim_param)
         return None if name in ("", "?") else name  # "?" is how some exporters write "unknown": not a shared symbol
     return None
+
+
+def cone(graph: onnx.GraphProto, target: str) -> list[onnx.NodeProto]:
+    """The nodes `target` is computed from, in graph order."""
+    producer = {o: n for n in graph.node for o in n.output}
+    needed, stack, seen = [], [target], set()
+    while stack:
+        name = stack.pop()
+        if name in seen or name not in producer:
+            continue
+        seen.add(name)
+        node = producer[name]
+        needed.append(node)
+        stack.extend(i for i in node.input if i)
+    order = {id(n): k for k, n in enumerate(graph.node)}
+    return sorted({id(n): n for n in needed}.values(), key=lambda n: order[id(n)])
+
+
+def tiny_static_model() -> onnx.ModelProto:
+    """y = x + x on float[1, 8]: every EP takes it. Used to probe and to warm up EPs."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"])], "probe", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model

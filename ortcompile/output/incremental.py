@@ -28,13 +28,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile import __version__, eps
+from ortcompile import eps
+from ortcompile.eps.discovery import library_info
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
-from ortcompile.options import CHECK_MODES, CompileOptions, effective_check
+from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError, Versions
 from ortcompile.paths import UnsafePath, model_dir, resolve_inside, shown
+from ortcompile.version import __version__
 
 RACY_WINDOW_NS = 2_000_000_000
 STAMP_FORMAT = "ortcompile-stamp/1"
@@ -96,8 +98,6 @@ def _load_json(path: Path) -> dict[str, Any]:
 def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
     """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
     if options.ep_library:
-        from ortcompile.eps.discovery import library_info
-
         return library_info(options.ep, options.ep_library)
     if options.ep.strip().lower() != "auto":
         return eps.lookup(options.ep)
@@ -205,3 +205,16 @@ def write_depfile(path: Path, rules: list[str]) -> None:
     except OSError as exc:
         pending.unlink(missing_ok=True)
         raise OutputError(f"cannot write depfile {path}: {exc.strerror}") from exc
+
+
+def up_to_date_result(source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
+    """The result of a compile that found its output current and did nothing."""
+    return CompileResult(
+        source=source, output_dir=output_dir, model=manifest.model, ep=manifest.versions.ep_name,
+        ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
+        epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
+        graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
+        inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
+        inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
+        compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
+    )

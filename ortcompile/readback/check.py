@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epstep import EpRequest
+from ortcompile.eps.request import EpRequest
 from ortcompile.options import CheckMode
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given

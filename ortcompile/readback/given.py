@@ -37,7 +37,7 @@ import numpy as np
 from ortcompile.errors import UsageError, first_line
 
 if TYPE_CHECKING:
-    from ortcompile.readback.feeds import InputSpec
+    from ortcompile.readback.inputspec import InputSpec
 
 
 @dataclass(frozen=True)

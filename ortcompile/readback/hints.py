@@ -21,7 +21,7 @@ from pathlib import Path
 import onnx
 from onnx import numpy_helper
 
-from ortcompile.onnxfacts import element_count, graph_inputs, input_dims, is_external
+from ortcompile.onnxfacts import cone, element_count, graph_inputs, input_dims, is_external
 
 # Ops whose output holds (a selection of) their data input's values unchanged: hints flow through them.
 # Value: the input positions that carry the data.
@@ -187,3 +187,16 @@ def _index_graph(body: onnx.GraphProto, graph: _Graph) -> None:
                 graph.shapes[node.output[0]] = tuple(attribute.t.dims)
             for sub in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else attribute.graphs:
                 _index_graph(sub, graph)
+
+
+def freeze_suggestion(model: onnx.ModelProto) -> str:
+    """'--freeze sr=16000' when an If switches on an input compared with a constant: what to try when pins fail."""
+    ifs = [n for n in model.graph.node if n.op_type == "If"]
+    if not ifs:
+        return ""
+    hints = read_hints(model)
+    compared = {name: hint.value for name, hint in hints.items() if hint.value is not None}
+    readers = {i for node in ifs for n in cone(model.graph, node.input[0]) for i in n.input if i in compared}
+    readers |= {node.input[0] for node in ifs if node.input[0] in compared}
+    flags = " ".join(f"--freeze {name}={compared[name]}" for name in sorted(readers))
+    return f"; the model switches networks on {', '.join(sorted(readers))}: try {flags}" if flags else ""

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
-from ortcompile.compile.source import PROTOBUF_LIMIT
+from ortcompile.eps.compat import METADATA_PREFIX, decode_info
 from ortcompile.errors import InvalidModel, first_line
+from ortcompile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
 from ortcompile.onnxfacts import (
     EPCONTEXT,
     dtype_name,
@@ -30,6 +30,7 @@ from ortcompile.onnxfacts import (
 )
 from ortcompile.output.publish import pending_publishes
 from ortcompile.paths import UnsafePath, model_dir, not_a_model_file, resolve_inside
+from ortcompile.plan.source import PROTOBUF_LIMIT
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 
 INSPECT_FORMAT = "ortcompile-inspect/1"
@@ -184,8 +185,6 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
 
 def _compatibility(model: Any) -> dict[str, Any]:
     """What each EP wrote about the hardware it compiled for (ORT metadata `ep_compatibility_info.<EP>`), decoded."""
-    from ortcompile.eps.compat import METADATA_PREFIX, decode_info
-
     infos = {p.key[len(METADATA_PREFIX):]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)}
     return {ep: {"info": info, "decoded": decode_info(ep, info)} for ep, info in sorted(infos.items())}
 

@@ -15,12 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epstep import EpRequest
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
 from ortcompile.progress import Reporter
+from ortcompile.readback.compare import compare_output
 from ortcompile.readback.criteria import Criterion
+from ortcompile.readback.feeds import make_feeds, specs_from_session
 from ortcompile.readback.given import Given
+from ortcompile.readback.hints import read_hints
 from ortcompile.readback.lint import node_label
+from ortcompile.readback.placement import assigned_nodes
+from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
 
 DIAGNOSTIC_SUFFIX = ".diagnostic.onnx"
 _FLOAT_TYPES = {1, 10, 11, 16}  # float, float16, double, bfloat16
@@ -74,11 +79,6 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
     """In the worker child: run the diagnostic copy on the EP and on the CPU EP and compare node by node."""
     import onnx
 
-    from ortcompile.readback.compare import compare_output
-    from ortcompile.readback.feeds import make_feeds, specs_from_session
-    from ortcompile.readback.hints import read_hints
-    from ortcompile.readback.placement import assigned_nodes
-    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
 
     reporter.stage(f"localizing the divergence in {request.model.name}")
     model = onnx.load_model(str(request.model), load_external_data=False)

@@ -14,13 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epstep import EpRequest
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
+from ortcompile.readback.feeds import specs_from_session
 from ortcompile.readback.given import Given
+from ortcompile.readback.hints import freeze_suggestion
 from ortcompile.readback.nextsteps import next_steps
+from ortcompile.readback.placement import assigned_nodes, counts_by_ep, nodes_by_ep
+from ortcompile.readback.setfeeds import set_feeds
+from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
+from ortcompile.run.sessions import EXACT_INT8_CONFIG, LEAN_CONFIG, RECORD_ASSIGNMENT, open_session, run_session, session_options
 
 # Load errors whose cause we know, and what to do about it.
 _LIKELY_CAUSES = (
@@ -49,8 +55,6 @@ class ParityRequest:
     @property
     def config(self) -> dict[str, str]:
         """Entries of both compared sessions, the compiled model's and the source's (like is compared with like)."""
-        from ortcompile.run.sessions import EXACT_INT8_CONFIG, LEAN_CONFIG
-
         return {**EXACT_INT8_CONFIG, **({LEAN_CONFIG: "1"} if self.lean else {})}
 
 
@@ -107,8 +111,6 @@ def _switch_hint(source: Path) -> str:
     """A model that switches networks on an input often loads once specialized on it: say how."""
     import onnx
 
-    from ortcompile.compile.freeze import freeze_suggestion
-
     try:
         return freeze_suggestion(onnx.load_model(str(source), load_external_data=False)).removeprefix("; ")
     except Exception:
@@ -117,9 +119,6 @@ def _switch_hint(source: Path) -> str:
 
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
-    from ortcompile.readback.placement import assigned_nodes, counts_by_ep, nodes_by_ep
-    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
-
     label = f"the compiled {request.model.name}"
     try:
         timed = open_session(request.model, ep, request.dims, config={RECORD_ASSIGNMENT: "1", **request.config}, label=label)
@@ -145,9 +144,6 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
 
 
 def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[dict[str, Any]]:
-    from ortcompile.readback.feeds import specs_from_session
-    from ortcompile.readback.setfeeds import set_feeds
-
     chosen = set_feeds(request.source, specs_from_session(session), request.seeds, request.dims, request.given, request.edges)
     report.dims, report.guessed, report.notes = chosen.dims, chosen.guessed, chosen.notes
     report.sets, report.warning = [s.name for s in chosen.sets], chosen.unverifiable
@@ -156,8 +152,6 @@ def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[d
 
 
 def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
-    from ortcompile.run.sessions import open_session
-
     timed = open_session(model, ep, dims, label=f"the source {model.name} on {ep.name}")
     seconds = timed.seconds
     del timed
@@ -166,8 +160,6 @@ def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
 
 
 def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport) -> None:
-    from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
-
     assert request.criterion is not None
     expected, report.seconds["source_on_cpu"] = reference_outputs(request.source, feeds, request.dims, request.config)
     report.criterion = request.criterion.to_json()
@@ -195,8 +187,6 @@ def set_label(name: str) -> str:
 
 def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str, int], config: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
     """The source's outputs on the CPU EP for each feed, and the reference session's load time (then freed)."""
-    from ortcompile.run.sessions import open_session, run_session
-
     reference = open_session(source, None, dims, config=config, label=f"the source {source.name} on the CPU EP")
     expected = [run_session(reference.session, f, f"the source {source.name}") for f in feeds]
     seconds = reference.seconds
@@ -207,8 +197,6 @@ def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str,
 
 def _refuse_invalid_source(request: ParityRequest) -> None:
     """A compiled model that does not load, from a source ORT cannot load either: invalid input (exit 3)."""
-    from ortcompile.run.sessions import open_session, session_options
-
     options = session_options(None, request.dims)
     options.graph_optimization_level = _disable_all()
     try:

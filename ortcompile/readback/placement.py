@@ -23,10 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ortcompile.compile.epstep import EpRequest
 from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.request import EpRequest
+from ortcompile.errors import InvalidModel
+from ortcompile.native import native_output_shown
 from ortcompile.onnxfacts import EPCONTEXT
+from ortcompile.onnxfacts import op_counts as graph_op_counts
+from ortcompile.plan.source import read_source
 from ortcompile.progress import Reporter
+from ortcompile.run.load import model_ep
+from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, session_options
+from ortcompile.worker import fresh_worker
 
 _FAILED = "Validation FAILED"
 _OPERATOR = re.compile(r"Operator type: (?P<op>\S+) Node name: ?(?P<name>.*?) Node index: ")
@@ -107,12 +114,6 @@ def inspect_placement(model_path: str | os.PathLike[str], ep: str | None = None,
     child and report which EP runs which node. Raises InvalidModel (also for a model whose data or EP context paths
     lead outside its directory, as compile refuses it), UsageError/EpUnavailable, CompilationFailed. A recorded
     option that loads a library is left out (run/load.recorded_ep_options)."""
-    from ortcompile.compile.source import read_source
-    from ortcompile.compile.worker import fresh_worker
-    from ortcompile.errors import InvalidModel
-    from ortcompile.native import native_output_shown
-    from ortcompile.run.load import model_ep
-
     path = Path(model_path)
     if not path.is_file():
         raise InvalidModel(f"{path}: no such file")
@@ -125,8 +126,6 @@ def inspect_placement(model_path: str | os.PathLike[str], ep: str | None = None,
 def placement_in_child(model: Path, request: EpRequest, reporter: Reporter) -> PlacementReport:
     """In the worker child: a session on the EP with the assignment recorded (and, for a model the EP partitions
     now, its verbose log read for refusal reasons)."""
-    from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, session_options
-
     resolved = request.resolve()
     epcontext, remaining = graph_ops(model)
     wants_reasons = resolved.name != CPU_EP and epcontext == 0
@@ -146,8 +145,6 @@ def placement_in_child(model: Path, request: EpRequest, reporter: Reporter) -> P
 def graph_ops(model: Path) -> tuple[int, dict[str, int]]:
     """(EPContext nodes, op type -> the other nodes) of the main graph; weights are not read."""
     import onnx
-
-    from ortcompile.onnxfacts import op_counts as graph_op_counts
 
     proto = onnx.load_model(str(model), load_external_data=False)
     epcontext = sum(1 for n in proto.graph.node if n.op_type == EPCONTEXT)
@@ -213,8 +210,6 @@ def _lines(log: IO[bytes]) -> Iterator[str]:
 
 
 def _show_warnings(log: IO[bytes]) -> None:
-    from ortcompile.native import native_output_shown
-
     if native_output_shown():
         for line in _lines(log):
             if "[W:" in line or "[E:" in line or "[F:" in line:

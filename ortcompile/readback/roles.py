@@ -16,15 +16,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import onnx
 
 from ortcompile.onnxfacts import graph_inputs
 from ortcompile.readback.hints import PASS_THROUGH, InputHint
-
-if TYPE_CHECKING:
-    from ortcompile.readback.feeds import InputSpec
+from ortcompile.readback.inputspec import InputSpec
 
 TOKEN_IDS, IDS, POSITIONS = "token ids", "ids", "position ids"
 ROPE_COS, ROPE_SIN = "rope cos", "rope sin"

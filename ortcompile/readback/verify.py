@@ -19,19 +19,22 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
-from ortcompile.compile.epstep import EpRequest
-from ortcompile.compile.shapes import resolve_pins
-from ortcompile.compile.source import SourceModel, read_source
+from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
+from ortcompile.native import native_output_shown
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import Manifest
 from ortcompile.paths import not_a_model_file
+from ortcompile.plan.shapes import resolve_pins
+from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 from ortcompile.readback.parity import ParityReport, ParityRequest, run_parity
 from ortcompile.run.load import recorded_ep_options
+from ortcompile.run.sessions import probe_load
+from ortcompile.worker import fresh_worker
 
 VERIFY_FORMAT = "ortcompile-verify/2"
 
@@ -157,17 +160,12 @@ def _reference_note(reference: Path, manifest: Manifest | None) -> str:
 
 
 def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
-    from ortcompile.compile.worker import fresh_worker
-    from ortcompile.native import native_output_shown
-
     with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
         return worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
 
 
 def _precision(resolved: eps.ResolvedEp, source: SourceModel) -> str:
-    from ortcompile.compile.job import ep_precision
-
-    return ep_precision(resolved, source)
+    return ep_precision(resolved, source.op_counts)
 
 
 def _ep_request(ep: str | None, integrity: ManifestStatus, compiled: Path) -> EpRequest:
@@ -184,8 +182,6 @@ def _ep_request(ep: str | None, integrity: ManifestStatus, compiled: Path) -> Ep
 
 def _require_loadable_shared_context(compiled: Path, resolved: eps.ResolvedEp, dims: dict[str, int]) -> None:
     """Part of a --share-weights batch: QNN's simulator segfaults loading a shared context; say so, in one line."""
-    from ortcompile.run.sessions import probe_load
-
     why = probe_load(compiled, resolved.info.short_name, resolved.options, dims)
     if why:
         raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")

@@ -5,7 +5,7 @@ The obvious `InferenceSession(path, providers=["QNNExecutionProvider"])` fails: 
 The manifest beside the model says which EP, options and target it was compiled with; without one, the
 EPContext nodes' `source` attribute names the EP. A recorded option that would load a library is ignored
 (docs/security.md): whoever can edit an output's files must not choose code for the caller's process. The
-model is checked by the path-safety rule compiles use (compile/source.py) before ONNX Runtime opens it.
+model is checked by the path-safety rule compiles use (plan/source.py) before ONNX Runtime opens it.
 Nothing here imports onnxruntime until it is called.
 """
 
@@ -18,8 +18,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ortcompile.compile.epstep import EpRequest
+from ortcompile import eps
+from ortcompile.eps import lookup, recorded_options
+from ortcompile.eps.compat import read_compatibility_info
+from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.output.manifest import Manifest, ManifestError
+from ortcompile.plan.source import read_source
+from ortcompile.run.sessions import open_session
+from ortcompile.run.sessions import session_options as default_options
 
 if TYPE_CHECKING:
     from ortcompile.output.manifest import Manifest
@@ -37,11 +44,6 @@ def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_opti
     unsafe model: one whose data or EP context paths lead outside its directory). Provider options that load a
     library are taken from `ep_options` only, never from the manifest.
     """
-    from ortcompile import eps
-    from ortcompile.compile.source import read_source
-    from ortcompile.run.sessions import open_session
-    from ortcompile.run.sessions import session_options as default_options
-
     model = Path(path)
     if not model.is_file():
         raise InvalidModel(f"{model}: no such file")
@@ -75,8 +77,6 @@ def _with_ep(options: Any, resolved: Any) -> Any:
 def model_ep(model: Path, ep: str | None = None, ep_options: dict[str, str] | None = None, target: str | None = None,
              ep_library: str | None = None) -> EpRequest:
     """The EP, options and target to open a compiled model with: the manifest's, with the caller's on top."""
-    from ortcompile.output.manifest import Manifest, ManifestError
-
     try:
         manifest = Manifest.beside(model)
     except ManifestError as exc:
@@ -93,14 +93,10 @@ def model_ep(model: Path, ep: str | None = None, ep_options: dict[str, str] | No
 def recorded_ep_options(manifest: Manifest, model: Path, given: dict[str, str] | None = None) -> dict[str, str]:
     """The provider options the manifest recorded, except those that load a library (QNN's backend_path, any
     value naming a .so/.dll): left out with a warning, unless the caller gives that option itself."""
-    from ortcompile.eps import recorded_options
-
     return recorded_options(manifest.options.get("ep_options"), f"{model}: its manifest", given)
 
 
 def _same_ep(given: str, recorded: str) -> bool:
-    from ortcompile.eps import lookup
-
     try:
         return lookup(given).ep_name == lookup(recorded).ep_name
     except UsageError:
@@ -109,8 +105,6 @@ def _same_ep(given: str, recorded: str) -> bool:
 
 def ep_from_graph(model: Path) -> str:
     """The EP the EPContext nodes name in their `source` attribute; the CPU EP for a model without any."""
-    from ortcompile.eps.compat import read_compatibility_info
-
     sources = sorted(read_compatibility_info(model)[1])
     if not sources:
         return "cpu"

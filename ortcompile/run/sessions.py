@@ -10,15 +10,20 @@ session on the CPU EP and runs again). The first is refused by `require_provider
 from __future__ import annotations
 
 import contextlib
+import json
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortcompile import eps
 from ortcompile.eps import CPU_EP, ResolvedEp
-from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, ort_reason
-from ortcompile.native import configure_session_logging, native_stdout_to_stderr
+from ortcompile.eps.sessionopts import session_options
+from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
+from ortcompile.native import native_stdout_to_stderr
+from ortcompile.worker import answer_parent, run_child
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
@@ -37,21 +42,6 @@ _UNREADABLE = ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does n
 class TimedSession:
     session: Any  # onnxruntime.InferenceSession
     seconds: float
-
-
-def session_options(ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, config: Mapping[str, str] | None = None) -> Any:
-    """SessionOptions for `ep` (None: the CPU EP) with symbolic dims pinned and extra config entries."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    configure_session_logging(options)
-    if ep is not None:
-        ep.configure(options)
-    for name, value in (dims or {}).items():
-        options.add_free_dimension_override_by_name(name, value)
-    for key, value in (config or {}).items():
-        options.add_session_config_entry(key, value)
-    return options
 
 
 def open_session(model: Path | bytes, ep: ResolvedEp | None, dims: Mapping[str, int] | None = None, *,
@@ -112,39 +102,26 @@ def probe_load(model: Path, ep_name: str, ep_options: dict[str, str], dims: dict
     Some EP states kill the process instead of raising (QNN's HTP simulator segfaults on a shared
     EP context), so anything risky is tried where it cannot take the build down.
     """
-    import json
-    import signal
-    import subprocess
-    import sys
-
-    spec = json.dumps({"model": str(model), "ep": ep_name, "ep_options": ep_options, "dims": dims})
-    try:
-        child = subprocess.run([sys.executable, "-c", "from ortcompile.run.sessions import _probe_main; _probe_main()", spec],
-                               capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+    run = run_child("ortcompile.run.sessions:_probe_main", {"model": str(model), "ep": ep_name, "ep_options": ep_options, "dims": dims},
+                    _MARK, timeout)
+    if run.answer is not None:
+        return run.answer.get("error", "")
+    if run.returncode is None:
         return f"loading did not finish within {timeout:.0f} s"
-    if child.returncode == 0:
-        return ""
-    if child.returncode < 0:
-        return f"the EP crashed the loading process ({signal.Signals(-child.returncode).name})"
-    lines = [line for line in child.stderr.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else f"loading failed with exit code {child.returncode}"
+    if run.killed_by_signal:
+        return f"the EP crashed the loading process ({run.crash})"
+    lines = [line for line in run.stderr.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else f"loading failed with exit code {run.returncode}"
+
+
+_MARK = "ortcompile-probe-load: "
 
 
 def _probe_main() -> None:
-    """Child side of probe_load."""
-    import json
-    import os
-    import sys
-
-    from ortcompile import eps
-    from ortcompile.errors import first_line
-
+    """Child side of probe_load: one JSON line on stdout (the error, if the session could not be created)."""
     spec = json.loads(sys.argv[1])
     try:
         open_session(Path(spec["model"]), eps.resolve(spec["ep"], spec["ep_options"]), spec["dims"])
-    except Exception as exc:  # reported to the parent as the last stderr line
-        print(first_line(exc), file=sys.stderr, flush=True)
-        os._exit(1)
-    os._exit(0)
-
+    except Exception as exc:
+        answer_parent(_MARK, {"error": first_line(exc)})
+    answer_parent(_MARK, {})

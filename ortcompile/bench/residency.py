@@ -35,6 +35,9 @@ import numpy as np
 from ortcompile import eps
 from ortcompile.errors import UsageError
 from ortcompile.native import vm_hwm_bytes
+from ortcompile.onnxfacts import tiny_static_model
+from ortcompile.readback.feeds import numpy_dtype
+from ortcompile.readback.inspect import inspect_model
 from ortcompile.run import sessions
 
 GRAPH_CAPTURE_OPTION = "enableGraphCapture"
@@ -59,8 +62,6 @@ def release_free_heap() -> None:
 
 def model_file_bytes(model: Path) -> int:
     """The model file plus every file next to it that it names (data, EP blobs): a first footprint guess."""
-    from ortcompile.readback.inspect import inspect_model
-
     report = inspect_model(model)
     blobs = sum(e["blob"]["size"] or 0 for e in report.epcontext if e["blob"])
     return report.graph_bytes + sum(f.size or 0 for f in report.data_files) + blobs
@@ -110,8 +111,6 @@ class SessionPool:
         It also fails cleanly (EpUnavailable) where the EP cannot create sessions, before graph capture
         could abort the process.
         """
-        from ortcompile.compile.ortstep import tiny_static_model
-
         before = rss_bytes()
         plain = eps.ResolvedEp(self.ep.info, self.ep.devices, {k: v for k, v in self.ep.options.items() if k != GRAPH_CAPTURE_OPTION},
                                self.ep.version)
@@ -230,6 +229,4 @@ class SessionPool:
 
 
 def _numpy_type(ort_type: str) -> Any:
-    from ortcompile.readback.feeds import numpy_dtype
-
     return numpy_dtype(ort_type)

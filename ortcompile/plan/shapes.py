@@ -14,8 +14,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ortcompile.compile.source import InputInfo, SourceModel
 from ortcompile.errors import UsageError
+from ortcompile.onnxfacts import iter_graphs
+from ortcompile.plan.source import InputInfo, SourceModel
 
 # No tensor can have a dimension above this: 2**48 elements along one axis take 128 TiB even at 4 bits each (int4),
 # the whole user address space of an x86-64 or ARM64 Linux process (48-bit virtual addresses). ONNX Runtime would
@@ -164,8 +165,6 @@ def dynamic_inputs_hint(source: SourceModel, overrides: dict[str, int]) -> str:
 
 def apply_pins(model: Any, pins: Pins) -> None:
     """Named dims get their value wherever they appear (every graph); unnamed ones on their input only."""
-    from ortcompile.onnxfacts import iter_graphs
-
     for site in iter_graphs(model):
         for value in (*site.graph.input, *site.graph.output, *site.graph.value_info):
             for dim in value_dims(value):

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ortcompile.bench.residency import SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
 from ortcompile.errors import VerificationFailed
 from ortcompile.native import peak_rss_bytes, reset_peak_rss
 from ortcompile.readback.compare import compare_output
@@ -23,7 +24,6 @@ from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.feeds import make_feeds, specs_from_session
 from ortcompile.readback.given import Given
 from ortcompile.readback.hints import read_hints
-from ortcompile.run.residency import SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
 from ortcompile.run.sessions import EXACT_INT8_CONFIG, open_session, run_session
 
 BENCH_FORMAT = "ortcompile-bench/1"

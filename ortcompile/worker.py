@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -24,14 +25,25 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, NoReturn
 
 from ortcompile.errors import CompilationFailed, InternalError
+from ortcompile.native import NativeOutputFilter, reset_peak_rss, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
 
 _PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.1
+
+
+crash_contained = False  # this process is a disposable child whose crash its parent reports: libraries load without a probe
+
+
+def mark_crash_contained() -> None:
+    """Say that this process is a disposable child (a worker, a probe of eps/validate.py)."""
+    global crash_contained
+    crash_contained = True
 
 
 class WorkerCrashed(CompilationFailed):
@@ -62,7 +74,7 @@ class Worker:
         # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
-        command = [sys.executable, "-c", "from ortcompile.compile.worker import main; main()",
+        command = [sys.executable, "-c", "from ortcompile.worker import main; main()",
                    str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0"]
         self._process = subprocess.Popen(command, pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL, close_fds=True)
         os.close(from_parent)
@@ -260,6 +272,32 @@ def retire_worker(verbose: bool) -> None:
             _spare = Worker(verbose=verbose)
 
 
+class Workers:
+    """The worker child of a compile (or of a batch that must share one): started early, or when first needed."""
+
+    def __init__(self, verbose: bool, reporter: Reporter, label: str = "the EP") -> None:
+        self.verbose, self.reporter, self.label = verbose, reporter, label
+        self._worker: Worker | None = None
+
+    def start(self) -> None:
+        if self._worker is None:
+            self._worker = fresh_worker(self.label, self.reporter, self.verbose)
+
+    def get(self) -> Worker:
+        self.start()
+        assert self._worker is not None
+        self._worker.label = self.label
+        return self._worker
+
+    def __enter__(self) -> Workers:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        if self._worker is not None:
+            self._worker.__exit__(*exc_info)
+            retire_worker(self.verbose)
+
+
 def _register_kill_spare() -> None:
     global _atexit_registered
     atexit.register(_kill_spare)
@@ -280,13 +318,9 @@ def main() -> None:
 def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     """The child's loop: one call at a time until asked to exit or the pipe closes."""
     die_with_parent(parent_pid)
-    from ortcompile.eps.registry import mark_crash_contained
-
     mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     native_filter = _native_output_to_stderr(verbose)
-    from ortcompile.native import reset_peak_rss, set_ort_log_level
-
     set_ort_log_level(verbose)
     import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
     import onnx  # noqa: F401
@@ -317,6 +351,44 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
 
 
+@dataclass(frozen=True)
+class ChildRun:
+    """How a one-shot child ended: its answer (the last marked JSON line on stdout), or how it died without one."""
+
+    answer: dict[str, Any] | None
+    crash: str | None  # "SIGSEGV", "exit code 3", "no answer within 600 s"; None when it answered
+    stderr: str
+    returncode: int | None  # None: it was killed for the timeout
+
+    @property
+    def killed_by_signal(self) -> bool:
+        return self.returncode is not None and self.returncode < 0
+
+
+def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float) -> ChildRun:
+    """Run `main` ("package.module:function") in a fresh interpreter with `spec` as JSON in argv[1]: a crash in native
+    code there ends the child, never ortcompile. The child answers with `answer_parent(mark, ...)`."""
+    module, function = main.split(":")
+    code = f"from {module} import {function}; {function}()"
+    try:
+        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ChildRun(None, f"no answer within {timeout:.0f} s", "", None)
+    answers = [line[len(mark):] for line in child.stdout.splitlines() if line.startswith(mark)]
+    if child.returncode != 0 or not answers:
+        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
+        return ChildRun(None, how, child.stderr, child.returncode)
+    return ChildRun(json.loads(answers[-1]), None, child.stderr, child.returncode)
+
+
+def answer_parent(mark: str, answer: dict[str, Any]) -> NoReturn:
+    """The child side of run_child: one marked JSON line on stdout, then leave without EP teardown (some plugins
+    abort in their static destructors)."""
+    sys.stdout.write(mark + json.dumps(answer) + "\n")
+    sys.stdout.flush()
+    os._exit(0)
+
+
 def die_with_parent(parent_pid: int) -> None:
     """A SIGKILLed parent must not leave an EP compiling into a staging directory nobody owns. Every child
     ortcompile starts calls this first (the option and library probes of eps/validate.py too)."""
@@ -332,15 +404,11 @@ def _native_output_to_stderr(verbose: bool) -> Any:
     """The child writes nothing to stdout (the parent's --json goes there): EP banners and ORT's log go to stderr,
     cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to close before exiting."""
     if verbose:
-        from ortcompile.native import NativeOutputFilter
-
         return NativeOutputFilter()
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
     return None
 
 
 def _peak_rss() -> int:
-    from ortcompile.native import vm_hwm_bytes
-
     return vm_hwm_bytes() or 0
 

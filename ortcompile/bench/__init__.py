@@ -1,0 +1,1 @@
+"""`ortcompile bench`: the residency pool and the pipeline that run compiled models."""

@@ -1,0 +1,171 @@
+"""The planner: everything a compile decides before any byte moves, once, as frozen data.
+
+`plan_source` reads and checks the source against the options (its EP, the pinned dims, whether the EP must
+compile); `plan_compile` adds where the output goes and what the check and --verify will do. Drivers
+(compile/job.py, compile/split.py, compile/parts.py) and the passes read these records; nothing writes them again.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ortcompile import eps
+from ortcompile.eps.request import EpRequest, ep_precision
+from ortcompile.errors import OrtCompileWarning, UsageError
+from ortcompile.naming import OutputNames
+from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, effective_check
+from ortcompile.plan.shapes import Pins, require_static, resolve_pins
+from ortcompile.plan.source import SourceModel, read_source
+
+
+class _Planned:
+    """What both plans answer from their source, EP and options."""
+
+    source: SourceModel
+    ep: eps.ResolvedEp
+    pins: Pins
+    require_compiled: bool
+    options: CompileOptions
+
+    @property
+    def compiles(self) -> bool:
+        return self.ep.info.compiles
+
+    @property
+    def request(self) -> EpRequest:
+        return ep_request(self.options)
+
+    @property
+    def precision(self) -> str:
+        return ep_precision(self.ep, self.source.op_counts)
+
+    def recorded_options(self) -> dict[str, Any]:
+        """The options that shape the output, as the manifest and the parts plan record them."""
+        return self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles)
+
+
+@dataclass(frozen=True)
+class SourcePlan(_Planned):
+    """The source and how it is compiled: the EP resolved and checked, the pins, whether the EP must compile."""
+
+    source: SourceModel
+    ep: eps.ResolvedEp
+    pins: Pins
+    require_compiled: bool
+    options: CompileOptions
+
+
+@dataclass(frozen=True)
+class CheckPlan:
+    """What the pre-publish check does (`mode` none, load or run) and what it feeds."""
+
+    mode: str
+    source: Path  # what the outputs are compared with (a parts plan when the source is not at hand: load only)
+    request: EpRequest
+    ep_label: str
+    precision: str
+    dims: dict[str, int]
+    freeze: dict[str, int | float]  # fed to the source at their frozen values
+    inputs: dict[str, Any]  # --input
+    verify_criterion: dict[str, Any] | None  # --verify's settings: the check judges by its criterion
+    note: str | None = None  # said (-v) when the check starts: why it does less than asked
+
+
+@dataclass(frozen=True)
+class VerifyPlan:
+    """--verify: the staged output against the source on the CPU EP, by `criterion`."""
+
+    source: Path
+    dims: dict[str, int]
+    freeze: dict[str, int | float]
+    inputs: dict[str, Any]
+    criterion: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CompilePlan(_Planned):
+    """One model's compile, decided: the source plan, where it is published, what check and --verify do."""
+
+    source: SourceModel
+    ep: eps.ResolvedEp
+    pins: Pins
+    require_compiled: bool
+    options: CompileOptions
+    output_dir: Path
+    names: OutputNames
+    check: CheckPlan
+    verify: VerifyPlan | None
+
+    @property
+    def inputs(self) -> list[Path]:
+        """Files the output must never overwrite."""
+        return [self.source.path, *self.source.external_files]
+
+    @property
+    def worker_label(self) -> str:
+        """Who a crash in the worker child is blamed on."""
+        return f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime"
+
+
+def plan_compile(source_path: Path, output_dir: Path, options: CompileOptions) -> CompilePlan:
+    """Every decision of one model's compile that can be made (and refused) before work starts."""
+    planned = plan_source(source_path, options)
+    source = planned.source
+    return CompilePlan(source, planned.ep, planned.pins, planned.require_compiled, options, output_dir,
+                       OutputNames.for_compile(source.path, options.output_name), _check_plan(planned), _verify_plan(planned))
+
+
+def _check_plan(planned: SourcePlan) -> CheckPlan:
+    options, source = planned.options, planned.source
+    mode = effective_check(options.check, source.weight_bytes)
+    note = None
+    if mode != options.check and options.check != "none":
+        note = (f"check: load only: {source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
+                f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
+    return CheckPlan(mode, source.path, planned.request, planned.ep.info.short_name, planned.precision, planned.pins.named,
+                     dict(options.freeze), dict(options.inputs), options.verify_criterion if options.verify else None, note)
+
+
+def _verify_plan(planned: SourcePlan) -> VerifyPlan | None:
+    options = planned.options
+    if not options.verify:
+        return None
+    return VerifyPlan(planned.source.path, planned.pins.named, dict(options.freeze), dict(options.inputs), options.verify_criterion)
+
+
+def plan_source(source_path: Path, options: CompileOptions) -> SourcePlan:
+    """Read and check the source against the options: the model, its EP, the pinned dims, whether the EP must compile."""
+    source = read_source(source_path)
+    ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
+    prepares = ep.info.compiles and options.prepare
+    # Pins go into the graph (the prepare step, or the pass-through's re-layout); only a compiling EP without
+    # the prepare step falls back to ORT's free-dimension overrides, which reach named dims only.
+    pins = resolve_pins(source, options.fix_dims, options.fix_shapes, allow_unnamed=prepares or not ep.info.compiles)
+    if options.freeze and ep.info.compiles and not options.prepare:
+        raise UsageError("--freeze specializes the model in the prepare step: drop --no-prepare")
+    if ep.info.compiles and _needs_static_shapes(ep):
+        require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
+    require = ep.info.compiles if options.require_compiled is None else options.require_compiled
+    _warn_oversized_for_shards(source, options.layout.shard_size)
+    return SourcePlan(source, ep, pins, require, options)
+
+
+def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> None:
+    """A tensor never straddles data files: one larger than --shard-size gets a file of its own, over the size."""
+    oversized = [t for t in source.tensors if shard_size and t.nbytes > shard_size]
+    if oversized:
+        largest = max(oversized, key=lambda t: t.nbytes)
+        warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
+                      f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
+                      OrtCompileWarning, stacklevel=3)
+
+
+def ep_request(options: CompileOptions) -> EpRequest:
+    return EpRequest(options.ep, options.ep_options, options.target, options.ep_library)
+
+
+def _needs_static_shapes(ep: eps.ResolvedEp) -> bool:
+    return bool(ep.info.static_shapes)
