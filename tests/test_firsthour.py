@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import shutil
 import signal
@@ -51,7 +52,8 @@ def test_share_weights_with_relative_paths_from_another_directory(pair_in_two_di
     summary = run_cli("compile", "../a/prefill.onnx", "../b/decode.onnx", "-o", "out/", "--share-weights", "--ep", "qnn",
                       "--fix-dim", "batch=1", "--no-config", "--force", cwd=pair_in_two_dirs)
     assert summary.returncode == 0, summary.stderr
-    assert "0.0s compile" not in summary.stdout, summary.stdout
+    seconds = [float(s) for s in re.findall(r"(\d+\.\d)s compile", summary.stdout)]
+    assert len(seconds) == 2 and max(seconds) > 0.0, summary.stdout  # (a tiny model's own share may round to 0.0 s)
 
 
 # ---------------------------------------------------------------- 2: --debug shows where the child failed
@@ -312,7 +314,8 @@ def test_readme_ep_option_example_changes_the_compiled_output(tmp_path: Path) ->
     shutil.copyfile(FIXTURES / "split.onnx", tmp_path / "split.onnx")
     with_option = run_cli("compile", "split.onnx", "-o", "a", "--ep", "qnn", "--ep-option", option, "--embed", "never", "--no-config", cwd=tmp_path)
     assert with_option.returncode == 0, with_option.stderr
-    assert "warning" not in with_option.stderr  # not "changes nothing in the compiled output"
+    # not "changes nothing in the compiled output" (split.onnx's fragmented graph is the one warning it has)
+    assert [line for line in with_option.stderr.splitlines() if "warning" in line and "graph is fragmented" not in line] == []
     plain = run_cli("compile", "split.onnx", "-o", "b", "--ep", "qnn", "--embed", "never", "--no-config", "-q", cwd=tmp_path)
     assert plain.returncode == 0, plain.stderr
     [blob_a], [blob_b] = (list((tmp_path / d).glob("*.bin")) for d in "ab")
