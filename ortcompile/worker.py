@@ -289,6 +289,12 @@ class Workers:
         self._worker.label = self.label
         return self._worker
 
+    def renew(self) -> None:
+        """Retire the worker: the next `get` starts a fresh one (a new compile gets a fresh EP state)."""
+        if self._worker is not None:
+            self._worker.__exit__(None, None, None)
+            self._worker = None
+
     def __enter__(self) -> Workers:
         return self
 
