@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ortcompile.compile.cpunodes import CpuPins, cpu_placement, pinned_request, require_supported, resolve_cpu_nodes
+from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr
 from ortcompile.eps.catalog import CPU_EP
@@ -141,8 +141,8 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
     for round_index in range(MAX_ROUNDS + 1):
         with Staging(job.plan.output_dir) as staging:
             job.request_override = pinned_request(base_request, state.pins, staging.path)
-            built = job.build(staging.path, workers)
-            state.placement = cpu_placement(staging.path / job.plan.names.model) if state.pins else {}
+            state.placement = {}
+            built = job.build(staging.path, workers)  # (its graph pass reads this round's placement into state)
             try:
                 return job.result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:

@@ -19,6 +19,7 @@ from ortcompile.naming import OutputNames
 from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, effective_check
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
+from ortcompile.sizes import format_size
 
 
 class _Planned:
@@ -122,9 +123,9 @@ def _check_plan(planned: SourcePlan) -> CheckPlan:
     options, source = planned.options, planned.source
     mode = effective_check(options.check, source.weight_bytes)
     note = None
-    if mode != options.check and options.check != "none":
-        note = (f"check: load only: {source.weight_bytes >> 20} MiB of weights (--check auto runs up to "
-                f"{AUTO_RUN_LIMIT >> 20} MiB; --check run to run anyway)")
+    if options.check == "auto" and mode == "load":  # only when auto actually downgraded the check
+        note = (f"check: load only: {format_size(source.weight_bytes)} of weights (--check auto runs up to "
+                f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
     return CheckPlan(mode, source.path, planned.request, planned.ep.info.short_name, planned.precision, planned.pins.named,
                      dict(options.freeze), dict(options.inputs), options.verify_criterion if options.verify else None, note)
 
@@ -138,6 +139,7 @@ def _verify_plan(planned: SourcePlan) -> VerifyPlan | None:
 
 def plan_source(source_path: Path, options: CompileOptions) -> SourcePlan:
     """Read and check the source against the options: the model, its EP, the pinned dims, whether the EP must compile."""
+    eps.check_names(options.ep, options.target, options.ep_library)  # typos first: no onnx or onnxruntime import yet
     source = read_source(source_path)
     ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=options.ep_library, validate=True)
     prepares = ep.info.compiles and options.prepare
