@@ -224,16 +224,14 @@ def test_concurrent_runs_recovering_the_same_stale_stages(eight, tmp_path: Path)
     """`make -j8` after CI jobs were killed mid-publish: 48 stale committed stages in build/, 8 compiles start at once.
     Each run recovers stale stages first; they must not trip over each other (3 rounds: the race needs overlap)."""
     root, commands, _ = eight
-    alone = tmp_path / "alone"
-    stems = ("c0", "c1", "c2", "q5", "q6")
-    for name in stems:
-        assert run_cli(*commands[name], "-o", alone, env=_env(tmp_path)).returncode == 0
+    stems = ("c0", "c1", "c2", "q5", "q6")  # their staged files: the fixture's outputs compiled alone, same commands
     failures = []
     for round_ in range(3):
         out = tmp_path / f"build{round_}"
         out.mkdir()
         for tag in range(48):
-            _stale_committed_stage(out, alone, stems[tag % len(stems)], tag)
+            stem = stems[tag % len(stems)]
+            _stale_committed_stage(out, root / "alone" / stem, stem, tag)
         results = _run_all([[*cmd, "-o", out, "--force"] for cmd in commands.values()], _env(tmp_path))
         failures += [err.strip().splitlines()[-1] for code, _, err in results if code != 0 or "Traceback" in err]
         if not failures:
