@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import signal
@@ -374,3 +375,15 @@ def test_path_ep_and_target_errors_come_before_the_heavy_imports(args: tuple[str
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == [str(code), "False", "False"], proc.stderr
     assert_one_line_error(proc.stderr)
+
+
+# ---------------------------------------------------------------- 10: shell completion of --ep and --target
+
+
+@pytest.mark.parametrize(("words", "expected"), [("ortcompile compile m.onnx --ep q", ["qnn"]),
+                                                 ("ortcompile compile m.onnx --ep qnn --target sm86", ["sm8650"]),
+                                                 ("ortcompile eps --ep cp", ["cpu"])])
+def test_shell_completion_of_ep_and_target(words: str, expected: list[str]) -> None:
+    env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1), "_ORTCOMPILE_COMPLETE": "bash_complete"}
+    proc = subprocess.run([sys.executable, "-m", "ortcompile"], capture_output=True, text=True, timeout=60, env=env)
+    assert [line.split(",", 1)[1] for line in proc.stdout.splitlines()] == expected, proc.stderr
