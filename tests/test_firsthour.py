@@ -21,6 +21,7 @@ from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_mod
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
+from ortcompile.cli import main as cli_group
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
 from ortcompile.compile.worker import ChildTraceback, Worker
 from ortcompile.sizes import format_size
@@ -387,3 +388,15 @@ def test_shell_completion_of_ep_and_target(words: str, expected: list[str]) -> N
     env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1), "_ORTCOMPILE_COMPLETE": "bash_complete"}
     proc = subprocess.run([sys.executable, "-m", "ortcompile"], capture_output=True, text=True, timeout=60, env=env)
     assert [line.split(",", 1)[1] for line in proc.stdout.splitlines()] == expected, proc.stderr
+
+
+# ---------------------------------------------------------------- 10: compile --help ends with examples
+
+
+def test_compile_help_ends_with_examples_of_real_options() -> None:
+    help_text = run_cli("compile", "--help").stdout
+    examples = help_text[help_text.index("Examples:"):].splitlines()[1:]
+    commands = [shlex.split(line.split("#")[0]) for line in examples if line.strip().startswith("ortcompile compile")]
+    assert len(commands) >= 5 and any("--share-weights" in c for c in commands)
+    known = {opt for param in cli_group.commands["compile"].params for opt in param.opts}
+    assert {word for c in commands for word in c if word.startswith("--")} <= known
