@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
 import shutil
@@ -21,6 +22,7 @@ from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_mod
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
+from ortcompile.cli import main as cli_group
 from ortcompile.cli.output import EXIT_INTERNAL, Output, report_exception
 from ortcompile.sizes import format_size
 from ortcompile.worker import ChildTraceback, Worker
@@ -377,3 +379,27 @@ def test_path_ep_and_target_errors_come_before_the_heavy_imports(args: tuple[str
                           capture_output=True, text=True, timeout=120)
     assert proc.stdout.split() == [str(code), "False", "False"], proc.stderr
     assert_one_line_error(proc.stderr)
+
+
+# ---------------------------------------------------------------- 10: shell completion of --ep and --target
+
+
+@pytest.mark.parametrize(("words", "expected"), [("ortcompile compile m.onnx --ep q", ["qnn"]),
+                                                 ("ortcompile compile m.onnx --ep qnn --target sm86", ["sm8650"]),
+                                                 ("ortcompile eps --ep cp", ["cpu"])])
+def test_shell_completion_of_ep_and_target(words: str, expected: list[str]) -> None:
+    env = {**os.environ, "COMP_WORDS": words, "COMP_CWORD": str(len(words.split()) - 1), "_ORTCOMPILE_COMPLETE": "bash_complete"}
+    proc = subprocess.run([sys.executable, "-m", "ortcompile"], capture_output=True, text=True, timeout=60, env=env)
+    assert [line.split(",", 1)[1] for line in proc.stdout.splitlines()] == expected, proc.stderr
+
+
+# ---------------------------------------------------------------- 10: compile --help ends with examples
+
+
+def test_compile_help_ends_with_examples_of_real_options() -> None:
+    help_text = run_cli("compile", "--help").stdout
+    examples = help_text[help_text.index("Examples:"):].splitlines()[1:]
+    commands = [shlex.split(line.split("#")[0]) for line in examples if line.strip().startswith("ortcompile compile")]
+    assert len(commands) >= 5 and any("--share-weights" in c for c in commands)
+    known = {opt for param in cli_group.commands["compile"].params for opt in param.opts}
+    assert {word for c in commands for word in c if word.startswith("--")} <= known

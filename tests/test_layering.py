@@ -59,6 +59,8 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("ortcompile.cli.output", "ortcompile.progress"): HELP,
     ("ortcompile.cli.params", "ortcompile.readback.given"): HELP + " (given imports numpy)",
     ("ortcompile.cli.shaping", "ortcompile.compile.freeze"): HELP,
+    ("ortcompile.cli.shaping", "ortcompile.eps"): HELP + " (shell completion asks for EP names only when the shell does)",
+    ("ortcompile.cli.shaping", "ortcompile.eps.targets"): HELP + " (shell completion asks for targets only when the shell does)",
     ("ortcompile.cli.shaping", "ortcompile.config"): HELP,
     ("ortcompile.cli.shaping", "ortcompile.plan.shapes"): HELP,
     ("ortcompile.cli.split", "ortcompile.cli.render"): HELP,

@@ -18,7 +18,20 @@ if TYPE_CHECKING:
     from ortcompile.options import CompileResult
 
 
-@click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).")
+_EXAMPLES = """\b
+Examples:
+  ortcompile compile model.onnx -o build/                        # EP chosen automatically
+  ortcompile compile dyn.onnx -o build/ --ep qnn --fix-dim batch=1
+  ortcompile compile model.onnx -o build/ --verify               # compare with the source first
+  ortcompile compile a.onnx b.onnx -o build/ --if-changed --depfile build/deps.d
+  ortcompile compile prefill.onnx decode.onnx -o build/ --share-weights
+  ortcompile compile big.onnx -o build/ --ep qnn --partition auto
+
+Every option: docs/cli.md. Exit codes: docs/exit-codes.md."""
+
+
+@click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).",
+               epilog=_EXAMPLES)
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--output", "--output-dir", "output_dir", required=True, type=click.Path(path_type=str),
               help="Directory for the compiled models and their files (DIR/: named <stem>_ctx.onnx), or the compiled model's path (FILE.onnx).")

@@ -6,12 +6,13 @@ import click
 
 from ortcompile import eps
 from ortcompile.cli.output import current, output_options
+from ortcompile.cli.shaping import complete_ep
 from ortcompile.native import set_ort_log_level
 
 
 @click.command("eps", short_help="List execution providers, devices and compile targets.")
 @click.option("--targets", is_flag=True, help="List what each EP can compile for (real and virtual devices, SoC generations).")
-@click.option("--ep", "ep_name", default=None, help="Only this EP (short or full name).")
+@click.option("--ep", "ep_name", default=None, shell_complete=complete_ep, help="Only this EP (short or full name).")
 @output_options
 def command(targets: bool, ep_name: str | None) -> None:
     """List execution providers, the devices they claim here, and whether they produce EPContext; with --targets,

@@ -14,10 +14,34 @@ from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, PositiveByt
 from ortcompile.configkeys import KEYS
 from ortcompile.errors import UsageError
 
+
+def complete_ep(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of --ep: the EP names known or installed here (read without importing onnxruntime)."""
+    from ortcompile.eps import all_eps  # (here, not at the top: plugin discovery runs only when a shell asks)
+
+    names = [*dict.fromkeys(i.short_name for i in all_eps() if i.ep_name), "auto"]
+    return [n for n in names if n.startswith(incomplete.lower())]
+
+
+def complete_target(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
+    """Shell completion of --target: the --ep's table of targets (every table for auto or an EP without one)."""
+    from ortcompile.eps import lookup
+    from ortcompile.eps.targets import STATIC_TARGETS, static_targets
+
+    try:
+        targets = list(static_targets(lookup(ctx.params.get("ep") or "auto")))
+    except UsageError:  # auto, or a name still being typed
+        targets = []
+    targets = targets or [t for table in STATIC_TARGETS.values() for t in table]
+    return [t.name for t in targets if t.name.startswith(incomplete.lower())]
+
+
 _SHAPING = [
-    click.option("--ep", default="auto", show_default=True, help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name."),
+    click.option("--ep", default="auto", show_default=True, shell_complete=complete_ep,
+                 help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name."),
     click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_graph_finalization_optimization_mode=3"), help="Provider option (repeatable)."),
-    click.option("--target", default=None, help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets')."),
+    click.option("--target", default=None, shell_complete=complete_target,
+                 help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets')."),
     click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
                  help="Register this plugin EP library (a shared library) under the EP name given with --ep (not cpu: it is built in)."),
     click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto."),
