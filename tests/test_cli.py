@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
+import click
 import onnx
 import pytest
 from helpers import (
@@ -26,6 +28,9 @@ from helpers import (
     seeded_inputs,
     snapshot,
 )
+
+from ortcompile.cli import main as group
+from ortcompile.cli.sections import OTHER, SECTIONS, long_name
 
 SPLIT = FIXTURES / "split.onnx"
 DYNAMIC = FIXTURES / "dynamic.onnx"
@@ -290,3 +295,17 @@ def test_eps_text_and_quiet() -> None:
     quiet = run_cli("eps", "-q")
     assert quiet.returncode == 0 and quiet.stdout == ""
 
+
+
+@pytest.mark.parametrize("name", ["compile", "split"])
+def test_help_lists_every_option_once_in_a_section(name: str) -> None:
+    """compile's ~45 options read as groups (cli/sections.py): every option is in exactly one named section, in
+    SECTIONS' order, and none falls through to "Other options" (a new option must be given a section)."""
+    text = run_cli(name, "--help").stdout
+    titles = [line[:-1] for line in text.splitlines() if line.endswith(":") and not line.startswith(" ") and line[:-1] in [*SECTIONS, OTHER]]
+    assert OTHER not in titles and titles == [t for t in SECTIONS if t in titles] and len(titles) >= 8, titles
+    command = group.commands[name]
+    options = [p for p in command.params if isinstance(p, click.Option)]
+    for option in options:
+        shown = [line for line in text.splitlines() if re.match(rf"  (-\w, )?{re.escape(long_name(option))}(?=[ ,/]|$)", line)]
+        assert len(shown) == 1, (long_name(option), shown)

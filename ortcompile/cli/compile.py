@@ -9,6 +9,7 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import ByteSize, criterion_options, criterion_settings, given_inputs, input_options
+from ortcompile.cli.sections import SectionedCommand
 from ortcompile.cli.shaping import check_scheduling, configured, shaping_options, take_shaping
 from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
@@ -30,7 +31,7 @@ Examples:
 Every option: docs/cli.md. Exit codes: docs/exit-codes.md."""
 
 
-@click.command("compile", short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).",
+@click.command("compile", cls=SectionedCommand, short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).",
                epilog=_EXAMPLES)
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
 @click.option("-o", "--output", "--output-dir", "output_dir", required=True, type=click.Path(path_type=str),

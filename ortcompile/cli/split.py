@@ -7,10 +7,11 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
+from ortcompile.cli.sections import SectionedCommand
 from ortcompile.cli.shaping import configured, shaping_options, take_shaping
 
 
-@click.command("split", short_help="Write a model as parts that compile on their own, with a Make fragment.")
+@click.command("split", cls=SectionedCommand, short_help="Write a model as parts that compile on their own, with a Make fragment.")
 @click.argument("model", type=click.Path(dir_okay=False, path_type=str))
 @click.option("-o", "--output-dir", required=True, type=click.Path(path_type=str), help="Directory for the parts, the plan and the Make fragment.")
 @shaping_options
