@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,25 @@ def popen_process(*args: object, env: dict[str, str] | None = None, **kwargs: An
 
 
 _NOT_PROGRESS = ("ortcompile: error:", "ortcompile: warning:", "ortcompile: interrupted")
+
+
+def signal_while_staging(proc: subprocess.Popen[str], out: Path, staged_glob: str, signum: int, what: str = "the compile") -> tuple[str, str]:
+    """Send `signum` to `proc` once pass 1 is writing into a staging directory under `out` (a data file matching
+    `staged_glob` past 20 MiB); return its (stdout, stderr). Kills it if it outlives the test."""
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            staged = [f for d in out.glob(STAGE_PREFIX + "*") for f in d.glob(staged_glob)]
+            if any(f.stat().st_size > 20 << 20 for f in staged if f.exists()):
+                break
+            time.sleep(0.005)
+        assert proc.poll() is None, f"{what} ended before it could be interrupted"
+        proc.send_signal(signum)
+        return proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 def without_progress(stderr: str) -> list[str]:

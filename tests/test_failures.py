@@ -37,6 +37,7 @@ from helpers import (
     published,
     run_cli,
     seeded_tensor,
+    signal_while_staging,
     snapshot,
     sparse_weights_model,
     weights_model,
@@ -219,20 +220,7 @@ def _start_and_signal(source: Path, out: Path, signum: int) -> subprocess.Comple
         [sys.executable, "-m", "ortcompile", "compile", str(source), "-o", str(out), "--ep", "cpu", "--force"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    deadline = time.monotonic() + 60
-    try:
-        while time.monotonic() < deadline and proc.poll() is None:
-            staged = [f for d in out.glob(STAGE_PREFIX + "*") for f in d.glob("*.data*")]
-            if any(f.stat().st_size > 20 << 20 for f in staged if f.exists()):
-                break
-            time.sleep(0.005)
-        assert proc.poll() is None, "the compile ended before it could be interrupted"
-        proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stdout, stderr = signal_while_staging(proc, out, "*.data*", signum)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 

@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from genmodels import mlp, save
-from helpers import FIXTURES, assert_one_line_error, run_cli, sparse_weights_model, without_progress
+from helpers import FIXTURES, assert_one_line_error, run_cli, signal_while_staging, sparse_weights_model, without_progress
 from onnx import TensorProto, helper, numpy_helper
 
 from ortcompile import errors
@@ -170,20 +169,7 @@ def test_signal_in_a_batch_prints_json_and_names_what_was_published(signum: int,
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "ortcompile", "compile", "small.onnx", "big.onnx", "-o", "out", "--ep", "cpu",
                              "--no-config", "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and proc.poll() is None:
-            staged = [f for d in out.glob(".ortcompile-stage-*") for f in d.glob("big_ctx*.data*")]
-            if any(f.stat().st_size > 20 << 20 for f in staged if f.exists()):
-                break
-            time.sleep(0.005)
-        assert proc.poll() is None, "the batch ended before it could be interrupted"
-        proc.send_signal(signum)
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stdout, stderr = signal_while_staging(proc, out, "big_ctx*.data*", signum, "the batch")
     assert proc.returncode == 128 + signum, stderr
     name = signal.Signals(signum).name
     message = f"interrupted ({name}); published before it: out/small_ctx.onnx; nothing else was"
