@@ -4,7 +4,7 @@
   cos/sin, mask and caches get realistic values (the generic ones, cos/sin 0..31 and uniform caches, overflow fp16
   attention: refused at SNR 4.5 dB), and the fed values are asserted plausible.
 - Several input sets: seeds plus edge sets by role (silence and tones for an audio front end, structured images,
-  zero ids); the user's samples (`--inputs DIR` of .npz) replace them. A `Log(x² + 1e-10)` front end is refused,
+  padded ids); the user's samples (`--inputs DIR` of .npz) replace them. A `Log(x² + 1e-10)` front end is refused,
   naming the output and the input set, with what to do next.
 - Random ops: a noise-scale input is zeroed on both sides; noise nobody can remove publishes with a warning.
 - Data-dependent output shapes are compared on their overlap, or say "shape depends on the data".
@@ -69,7 +69,7 @@ def test_static_decoder_publishes_on_qnn_with_realistic_llm_inputs(tmp_path: Pat
     result = compiled_json(model, "-o", tmp_path / "out", "--ep", "qnn")
     check = result["check"]
     assert check["ok"] is True and check["mode"] == "run" and not check["warning"]
-    assert check["input_sets"] == ["seed 0", "seed 1", "zero ids"]
+    assert check["input_sets"] == ["seed 0", "seed 1", "padded ids"]
     snrs = [o["snr_db"] for o in check["outputs"] if o["snr_db"] is not None]
     assert len(check["outputs"]) == 15 and min(snrs) >= 30  # measured 46.8 dB (generic inputs: 4.5 dB, refused)
 
@@ -90,7 +90,9 @@ def test_static_decoder_publishes_on_qnn_with_realistic_llm_inputs(tmp_path: Pat
             cache = arrays[f"past_key_values.{layer}.{kind}"]
             assert np.abs(cache).max() <= 1 and np.abs(cache[:, :, :32]).max() > 0 and not cache[:, :, 32:].any()
     assert not np.array_equal(chosen.arrays[0]["input_ids"], chosen.arrays[1]["input_ids"])
-    assert not chosen.arrays[2]["input_ids"].any()  # the zero-ids set
+    ids = chosen.arrays[2]["input_ids"]  # the padded-ids set: in-table ids, then padding (0) over the second half
+    half = ids.shape[-1] - ids.shape[-1] // 2
+    assert ids[..., :half].all() and not ids[..., half:].any() and (ids < VOCAB).all()
     assert np.array_equal(chosen.arrays[2]["attention_mask"], arrays["attention_mask"])
 
 
@@ -140,12 +142,14 @@ def test_genai_config_and_position_ids(tmp_path: Path) -> None:
         "input_ids": "tokens", "position_ids": "pos", "attention_mask": "attn", "past_key_names": "past.%d.k"}}}}
     (tmp_path / "genai_config.json").write_text(json.dumps(config))
     chosen = feeds_of(model)
-    assert [s.name for s in chosen.sets] == ["seed 0", "zero ids"]
+    assert [s.name for s in chosen.sets] == ["seed 0", "padded ids"]
     arrays = chosen.arrays[0]
     assert arrays["pos"].tolist() == [[4, 5, 6, 7]]  # after the 4 of 8 filled cache slots
     assert arrays["attn"].tolist() == [[1] * 4 + [0] * 4 + [1] * 4]  # 12 = 8 slots + 4 new: the filled past, then the new tokens
     assert not arrays["past.0.k"][:, :, 4:].any() and arrays["past.0.k"][:, :, :4].any()
-    assert (chosen.arrays[1]["tokens"] == 7).all()  # genai's padding id
+    tokens = chosen.arrays[1]["tokens"]  # genai's padding id over the second half
+    half = tokens.shape[-1] - tokens.shape[-1] // 2
+    assert (tokens[..., half:] == 7).all() and (tokens[..., :half] != 7).all()
     assert roles.read_facts(onnx.load(str(model)), model).genai["model"]["pad_token_id"] == 7
 
 

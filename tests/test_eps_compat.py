@@ -41,7 +41,9 @@ def openvino_model(tmp_path: Path) -> Path:
         eps.resolve("openvino")
     except Exception as exc:  # OpenVINO claims only Intel devices
         pytest.skip(f"OpenVINO has no device here: {exc}")
-    return compile_model(FIXTURES / "mlp.onnx", tmp_path / "ov", CompileOptions(ep="openvino")).model_path
+    # --check load: these tests are about the compatibility verdict. (OpenVINO's CPU plugin computes in bf16 on CPUs
+    # with AMX by default, which the fp32 criterion refuses: measured max abs diff 0.0046 on this mlp.)
+    return compile_model(FIXTURES / "mlp.onnx", tmp_path / "ov", CompileOptions(ep="openvino", check="load")).model_path
 
 
 def test_openvino_output_is_optimal_on_the_machine_that_compiled_it(openvino_model: Path) -> None:

@@ -461,7 +461,7 @@ def test_dim_on_a_model_that_stayed_dynamic(built: dict[str, Path]) -> None:
     assert (out["shape"], out["total"], out["ok"]) == ([3, 256], 768, True)
 
 
-MIXED_EDGE_NOTES = ["zero ids: idx: id 0 everywhere (padding)", "input sets: seed 0, seed 1, zero ids"]
+MIXED_EDGE_NOTES = ["padded ids: idx: in-table ids, then id 0 (padding) from position 3 of 5", "input sets: seed 0, seed 1, padded ids"]
 MIXED_NOTES = ["idx: uniform in [0, 8) (indices into Gather on 'table' (8 along axis 0))", "mask: all true (a bool input: nothing masked out)"]
 
 
@@ -469,14 +469,15 @@ def test_mixed_dtypes_verify_and_report_dims(built: dict[str, Path]) -> None:
     report = verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx", "--dim", "n=5", "--runs", "2")
     assert report["ok"] is True and (report["dims"], report["guessed_dims"]) == ({"n": 5}, {})
     assert report["inputs"] == [*MIXED_NOTES, *MIXED_EDGE_NOTES]  # how the generated integer and bool inputs were chosen
-    assert report["input_sets"] == ["seed 0", "seed 1", "zero ids"]  # idx indexes a table: its zero ids are an edge set
+    assert report["input_sets"] == ["seed 0", "seed 1", "padded ids"]  # idx indexes a table: its padded ids are an edge set
     for run_ in report["runs"]:
         assert [(o["name"], o["dtype"], o["shape"]) for o in run_["outputs"]] == [
             ("y", "float32", [1, 16]), ("y16", "float16", [1, 16]), ("top", "int64", [1]), ("pos", "bool", [1, 16])]
     # n is the length of a rank-1 index input: a sequence, guessed 256 (feeds.SEQUENCE_EXTENT), and reported as a guess
     default = verify_json(built["mixed_cpu"], FIXTURES / "mixed.onnx")
     assert (default["dims"], default["guessed_dims"]) == ({"n": 256}, {"n": 256})
-    assert default["inputs"] == ["guessed dims: n=256", *MIXED_NOTES, "zero ids: idx: id 0 everywhere (padding)", "input sets: seed 0, zero ids"]
+    assert default["inputs"] == ["guessed dims: n=256", *MIXED_NOTES, "padded ids: idx: in-table ids, then id 0 (padding) from position 128 of 256",
+                                 "input sets: seed 0, padded ids"]
 
 
 def test_generated_inputs_cover_every_fixture_dtype() -> None:

@@ -8,7 +8,7 @@ publishing, the worker child opens the staged model with the target EP — no CP
 it once on generated inputs (or the user's), and compares with the source on the CPU EP (parity.py) under
 the criterion `verify` applies for the EP's precision, on seeds 0 and 1 (seed 0 only above SMALL_SOURCE bytes:
 each set is one more run of both models) and the edge sets the inputs suggest (inputsets.py: silence and tones
-for audio, structured images, zero ids; realistic LLM inputs, llm.py), or on the user's samples: a default
+for audio, structured images, padded ids; realistic LLM inputs, llm.py), or on the user's samples: a default
 compile never publishes what a default `verify` rejects. Random ops are removed or make the model
 unverifiable by comparison (randomops.py: it is published after the load and run, with a warning).
 With `--verify`, the check applies --verify's criterion options

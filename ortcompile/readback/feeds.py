@@ -3,7 +3,7 @@
 `make_feeds` picks, per input, in this order:
 
 1. an array or scalar the user gave (`given`), checked against the input (given.py) and noted as `NAME: given (ORIGIN)`;
-2. by the input's role (roles.py): an edge set's value (inputsets.py: silence, tones, images, zero ids), else
+2. by the input's role (roles.py): an edge set's value (inputsets.py: silence, tones, images, padded ids), else
    for an LLM input (token ids aside: see 5) when the model has a cache, a RoPE table or an additive mask, one
    realistic prefill step over a partly filled cache (llm.py);
 3. a position-id-like name (`position_ids`, `pos_ids`, ...): 0, 1, 2, ... along the last axis;
@@ -260,7 +260,8 @@ class _RoleValues:
             return None
         if self.edge:
             pad = genai_int(self.facts, "pad_token_id") or 0
-            made = edge_value(self.edge, role, shape, dtype, self.rate, pad if not hint or not hint.high or pad < hint.high else 0)
+            made = edge_value(self.edge, role, shape, dtype, self.rate, pad if not hint or not hint.high or pad < hint.high else 0,
+                              hint.high if hint else None)
             if made is not None:
                 return made
         if self.layout is None or role not in LLM_ROLES or role == TOKEN_IDS or not shape:

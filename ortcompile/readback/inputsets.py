@@ -7,7 +7,8 @@ Random inputs alone let wrong models through (measured, issue 21): an audio fron
 - audio-like float inputs feeding a Conv/STFT/Log front end: **silence** and **tones** (a 440 Hz sine at
   amplitude 0.1, a 3 kHz one at 0.01: quiet, as real recordings are);
 - images (rank 4, feeding a Conv): a **gradient** and a **flat** field;
-- integer ids indexing a table: **zero ids** (the padding id of genai_config.json, else 0); the seeded sets
+- integer ids indexing a table: **padded ids** (in-table ids, then the padding id of genai_config.json, else 0, over
+  the second half); the seeded sets
   already draw in-table ids.
 
 Inputs without such a role keep their seeded values in an edge set. Every set is judged by the same
@@ -24,8 +25,8 @@ import numpy as np
 
 from ortcompile.readback import roles as r
 
-SILENCE, TONE_LOW, TONE_HIGH, GRADIENT, FLAT, ZERO_IDS = "silence", "tone 440 Hz", "tone 3 kHz", "gradient", "flat", "zero ids"
-EDGES = {r.AUDIO: (SILENCE, TONE_LOW, TONE_HIGH), r.IMAGE: (GRADIENT, FLAT), r.TOKEN_IDS: (ZERO_IDS,), r.IDS: (ZERO_IDS,)}
+SILENCE, TONE_LOW, TONE_HIGH, GRADIENT, FLAT, PADDED_IDS = "silence", "tone 440 Hz", "tone 3 kHz", "gradient", "flat", "padded ids"
+EDGES = {r.AUDIO: (SILENCE, TONE_LOW, TONE_HIGH), r.IMAGE: (GRADIENT, FLAT), r.TOKEN_IDS: (PADDED_IDS,), r.IDS: (PADDED_IDS,)}
 TONES = {TONE_LOW: (440.0, 0.1), TONE_HIGH: (3000.0, 0.01)}  # Hz, amplitude
 SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 DEFAULT_RATE = 16000
@@ -58,7 +59,8 @@ def sample_sets(count: int, origins: list[str]) -> list[InputSet]:
     return [InputSet(f"sample {origins[i]}", 0, sample=i) for i in range(count)]
 
 
-def edge_value(edge: str, role: str, shape: tuple[int, ...], dtype: np.dtype, rate: int, pad_id: int) -> tuple[np.ndarray, str] | None:
+def edge_value(edge: str, role: str, shape: tuple[int, ...], dtype: np.dtype, rate: int, pad_id: int,
+               table: int | None = None) -> tuple[np.ndarray, str] | None:
     """The array an edge set feeds an input of this role (None: the edge does not concern it)."""
     if edge not in EDGES.get(role, ()):
         return None
@@ -73,7 +75,19 @@ def edge_value(edge: str, role: str, shape: tuple[int, ...], dtype: np.dtype, ra
         return np.full(shape, 0.5, dtype), "a flat field of 0.5"
     if edge == GRADIENT:
         return _gradient(shape).astype(dtype), "a gradient from 0 to 1 across the image, offset per channel"
-    return np.full(shape, pad_id, dtype), f"id {pad_id} everywhere (padding)"
+    return _padded_ids(shape, dtype, pad_id, table)
+
+
+def _padded_ids(shape: tuple[int, ...], dtype: np.dtype, pad_id: int, table: int | None) -> tuple[np.ndarray, str]:
+    """A padded sequence: in-table ids, then the padding id over the second half of the last axis. Not padding
+    everywhere: a sequence of nothing but padding masks every position, which no model is fed (an attention's
+    softmax over nothing is NaN in fp16 and a large negative number in fp32)."""
+    length = shape[-1] if shape else 1
+    keep = max(1, length - length // 2)
+    top = max(1, table or pad_id + 2)
+    ids = (pad_id + 1 + np.arange(length)) % top  # cycles through the table, the padding id last
+    ids[keep:] = pad_id
+    return np.broadcast_to(ids, shape).astype(dtype), f"in-table ids, then id {pad_id} (padding) from position {keep} of {length}"
 
 
 def _gradient(shape: tuple[int, ...]) -> np.ndarray:

@@ -49,7 +49,7 @@ class ParityRequest:
     given: dict[str, Given] = field(default_factory=dict)  # the user's inputs; the rest is generated
     time_source_on_ep: bool = False  # also load the source on the EP, to compare load times
     lean: bool = False  # the pre-publish check: no weight prepacking (a session then maps the weights, copies none)
-    edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, zero ids)
+    edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, padded ids)
     publish_anyway: bool = True  # a refusal of the check may suggest --check load (not under --verify)
 
     @property

@@ -32,7 +32,8 @@ def set_feeds(source: Path, specs: Sequence[InputSpec], seeds: Sequence[int], di
               given: Mapping[str, Given], edges: bool = True) -> ChosenFeeds:
     model = onnx.load(str(source), load_external_data=False)  # graph and small constants only: weights stay on disk
     hints, facts, randoms = read_hints(model), read_facts(model, source), find_random_ops(model)
-    given = {**dict(given), **_silencers(randoms, specs, given)}
+    given = {name: g if isinstance(g, Given) else Given(g, "given") for name, g in given.items()}  # the Python API takes arrays
+    given = {**given, **_silencers(randoms, specs, given)}
     count = sample_count(dict(given))
 
     def feeds_for(chosen: InputSet) -> Feeds:
@@ -54,7 +55,7 @@ def set_feeds(source: Path, specs: Sequence[InputSpec], seeds: Sequence[int], di
 
 
 def _grouped(set_name: str, notes: list[str]) -> list[str]:
-    """One line per edge set and value: "zero ids: input_ids, token_type_ids: id 0 everywhere (padding)"."""
+    """One line per edge set and value: "padded ids: input_ids, token_type_ids: id 0 everywhere (padding)"."""
     by_text: dict[str, list[str]] = {}
     for note in notes:
         name, _, text = note.partition(": ")
