@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
-from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr
+from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
@@ -150,7 +150,7 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
                 if report is None or not _outputs_differ(report):
                     raise
                 divergence = _localize(job, staging.path, workers, report)
-                state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": _worst_of(report),
+                state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
                 job.reporter.detail(f"check: {divergence.summary()}")
                 for line in divergence_table(divergence):
@@ -169,11 +169,6 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
 def _outputs_differ(report: Any) -> bool:
     """The check ran and compared, and outputs were outside the criterion (not: would not load, crashed)."""
     return bool(report.runs) and any(not o.get("ok", True) for o in report.outputs)
-
-
-def _worst_of(report: Any) -> float | None:
-    snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
-    return round(min(snrs), 1) if snrs else None
 
 
 def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: Any) -> Divergence:

@@ -13,6 +13,7 @@ import collections
 import os
 import time
 import warnings
+from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,7 +153,12 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
 
 def worst_snr(report: dict[str, Any] | None) -> float | None:
     """The check's lowest output SNR (a --fallback record's figure after the nodes moved)."""
-    snrs = [o["snr_db"] for o in (report or {}).get("outputs", []) if o.get("snr_db") is not None]
+    return worst_snr_of((report or {}).get("outputs", []))
+
+
+def worst_snr_of(outputs: Iterable[dict[str, Any]]) -> float | None:
+    """The lowest SNR among compared outputs, to 0.1 dB (None when none has one)."""
+    snrs = [o["snr_db"] for o in outputs if o.get("snr_db") is not None]
     return round(min(snrs), 1) if snrs else None
 
 

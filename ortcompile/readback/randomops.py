@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-import numpy as np
 import onnx
 
 from ortcompile.onnxfacts import graph_inputs
@@ -130,7 +129,3 @@ def _traced_input(tensor: str, producers: dict[str, onnx.NodeProto], inputs: set
             return ""
         tensor = node.input[0]
     return ""
-
-
-def zero_value(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
-    return np.zeros(shape, dtype=dtype)
