@@ -23,7 +23,7 @@ from typing import Any
 from ortcompile.errors import InvalidModel
 from ortcompile.llm.genai import PAST_SEQ_LEN, TOTAL_SEQ_LEN, GenaiModel
 
-GQA = "GroupQueryAttention"
+GQA, ROTARY, MS_DOMAIN = "GroupQueryAttention", "RotaryEmbedding", "com.microsoft"
 OTHER_ATTENTION = {"MultiHeadAttention", "Attention", "PagedAttention", "PackedAttention", "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention",
                    "SparseAttention", "Softmax"}  # Softmax: attention in plain ops
 
@@ -43,6 +43,7 @@ def rewrite_decoder(model: GenaiModel, out: Path, sequence: int) -> dict[str, An
     _feed_before_consumers(graph, {n.input[5] for n in graph.node if _is_gqa(n)}, _seqlens_nodes)
     for node in (n for n in graph.node if _is_gqa(n)):
         node.input[6] = TOTAL_SEQ_LEN
+    _rotary_into_attention(graph)
     dropped = {model.attention_mask}
     position_ids = next((i for i in graph.input if i.name == model.position_ids), None)
     if position_ids is not None:
@@ -58,6 +59,33 @@ def rewrite_decoder(model: GenaiModel, out: Path, sequence: int) -> dict[str, An
     return dims
 
 
+def _rotary_into_attention(graph: Any) -> None:
+    """GroupQueryAttention fed by RotaryEmbedding nodes (the builder's form for EPs without fused rotary) gets the rotation
+    back inside (do_rotary=1 with the same cos/sin caches): QNN refuses RotaryEmbedding, and GQA's own positions are
+    the ones genai's past_seq_len gives. Left as it is when the two rotations differ in their inputs or attributes."""
+    from onnx import helper
+
+    producers = {o: n for n in graph.node for o in n.output}
+    for node in (n for n in graph.node if _is_gqa(n) and _int_attr(n, "do_rotary") == 0):
+        ropes = [producers.get(name) for name in node.input[:2]]
+        if not all(r is not None and r.op_type == ROTARY and r.domain == MS_DOMAIN for r in ropes):
+            continue
+        query, key = ropes
+        if list(query.input[1:4]) != list(key.input[1:4]) or {a.name: a for a in query.attribute} != {a.name: a for a in key.attribute}:
+            continue
+        if _int_attr(query, "rotary_embedding_dim") or _int_attr(query, "num_heads") or len(node.input) < 9:
+            continue  # a partial rotation or an explicit head count: GQA's rotary takes neither
+        node.input[0], node.input[1], node.input[7], node.input[8] = query.input[0], key.input[0], query.input[2], query.input[3]
+        kept = [a for a in node.attribute if a.name not in ("do_rotary", "rotary_interleaved")]
+        del node.attribute[:]
+        node.attribute.extend([*kept, helper.make_attribute("do_rotary", 1),
+                               helper.make_attribute("rotary_interleaved", _int_attr(query, "interleaved"))])
+
+
+def _int_attr(node: Any, name: str) -> int:
+    return next((a.i for a in node.attribute if a.name == name), 0)
+
+
 def refuse_other_attention(graph: Any, path: Path) -> None:
     """The rewrite needs GroupQueryAttention (the builder's attention for -e cpu, fp32 or int4): one line saying so."""
     if any(_is_gqa(n) for n in graph.node):
@@ -69,7 +97,7 @@ def refuse_other_attention(graph: Any, path: Path) -> None:
 
 
 def _is_gqa(node: Any) -> bool:
-    return node.op_type == GQA and node.domain == "com.microsoft"
+    return node.op_type == GQA and node.domain == MS_DOMAIN
 
 
 def _feed_before_consumers(graph: Any, names: set[str], make: Callable[[str], list[Any]]) -> None:
