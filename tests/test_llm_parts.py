@@ -63,7 +63,9 @@ def test_partitioned_package_generates_what_the_source_does(source: Path, unshar
         assert len(epcontext_nodes(model)) == 1 and len(model.graph.node) == 1, name  # each stage one QNN context, no CPU node
         assert stage["inputs"] == [i.name for i in model.graph.input] and stage["outputs"] == [o.name for o in model.graph.output]
         caches.append({i for i in stage["inputs"] if i.startswith("past_key_values")})
-    assert stages[0][1]["inputs"] == ["input_ids"] and stages[-1][1]["outputs"] == ["logits"]
+    assert "input_ids" in stages[0][1]["inputs"] and "input_ids" not in stages[2][1]["inputs"] and stages[-1][1]["outputs"] == ["logits"]
+    handed = set(stages[0][1]["outputs"]) - {o for o in stages[0][1]["outputs"] if o.startswith("present.")}
+    assert handed and handed <= set(stages[2][1]["inputs"]) | set(stages[4][1]["inputs"])  # hidden states, to the later parts by name
     assert set().union(*caches) == {f"past_key_values.{i}.{kv}" for i in range(2) for kv in ("key", "value")}
     assert sum(map(len, caches)) == 8  # each layer's cache in one context part and its iterator part, no other
     manifest = json.loads((unshared_parts / "llm.manifest.json").read_text())
