@@ -29,6 +29,7 @@ from llmmodels import genai_builder_model  # noqa: E402
 from test_llm import SETTINGS, assert_generates_like, graph, signature  # noqa: E402
 
 from ortcompile.llm.genai import read_genai_folder  # noqa: E402
+from ortcompile.llm.parts import part_budget  # noqa: E402
 from ortcompile.llm.surgery import rewrite_decoder  # noqa: E402
 
 pytestmark = pytest.mark.llm
@@ -103,6 +104,13 @@ def test_auto_partition_compiles_a_small_decoder_whole(source: Path, tmp_path: P
     assert proc.returncode == 0, proc.stderr
     assert set(json.loads(proc.stdout)["graphs"]) == {"context", "iterator"}
     assert json.loads((tmp_path / "pkg" / "llm.manifest.json").read_text())["partition"] == 0
+
+
+def test_auto_cuts_only_over_the_limit() -> None:
+    """auto (0): parts of 1 GiB only when the weights are over 1 GiB; SIZE: parts when over SIZE; None: never."""
+    gib = 1 << 30
+    assert (part_budget(0, gib), part_budget(0, gib + 1), part_budget(0, 3 * gib)) == (None, gib, gib)
+    assert (part_budget(300_000, 689_408), part_budget(300_000, 300_000), part_budget(None, 3 * gib)) == (300_000, None, None)
 
 
 def test_position_ids_decoder_generates_what_the_source_does(tmp_path: Path) -> None:

@@ -24,8 +24,9 @@ from ortcompile.errors import InvalidModel
 from ortcompile.llm.genai import PAST_SEQ_LEN, TOTAL_SEQ_LEN, GenaiModel
 
 GQA, ROTARY, MS_DOMAIN = "GroupQueryAttention", "RotaryEmbedding", "com.microsoft"
-OTHER_ATTENTION = {"MultiHeadAttention", "Attention", "PagedAttention", "PackedAttention", "PackedMultiHeadAttention", "DecoderMaskedMultiHeadAttention",
-                   "SparseAttention", "Softmax"}  # Softmax: attention in plain ops
+OTHER_ATTENTION = {"MultiHeadAttention", "Attention", "PagedAttention", "PackedAttention", "PackedMultiHeadAttention",
+                   "DecoderMaskedMultiHeadAttention", "SparseAttention"}
+PLAIN_ATTENTION = "Softmax"  # attention written in standard ops
 
 
 def rewrite_decoder(model: GenaiModel, out: Path, sequence: int) -> dict[str, Any]:
@@ -90,7 +91,8 @@ def refuse_other_attention(graph: Any, path: Path) -> None:
     """The rewrite needs GroupQueryAttention (the builder's attention for -e cpu, fp32 or int4): one line saying so."""
     if any(_is_gqa(n) for n in graph.node):
         return
-    found = sorted({n.op_type for n in graph.node} & OTHER_ATTENTION)
+    ops = {n.op_type for n in graph.node}
+    found = sorted(ops & OTHER_ATTENTION) or (["plain ops (Softmax)"] if PLAIN_ATTENTION in ops else [])
     what = f"its attention is {', '.join(found)}, not {GQA}" if found else f"it has no {GQA} node"
     raise InvalidModel(f"{path}: {what}: ortcompile llm takes decoders with {GQA} (onnxruntime-genai's model builder with -e cpu "
                        "-p fp32 or int4); build it so, or compile static graphs with 'ortcompile compile --share-weights'")
