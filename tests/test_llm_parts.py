@@ -64,6 +64,8 @@ def test_partitioned_package_generates_what_the_source_does(source: Path, unshar
         assert len(epcontext_nodes(model)) == 1 and len(model.graph.node) == 1, name  # each stage one QNN context, no CPU node
         assert stage["inputs"] == [i.name for i in model.graph.input] and stage["outputs"] == [o.name for o in model.graph.output]
         caches.append({i for i in stage["inputs"] if i.startswith("past_key_values")})
+        check = json.loads((unshared_parts / stage["filename"].replace(".onnx", ".manifest.json")).read_text())["check"]
+        assert (check["mode"], check["passed"], check["criterion"]) == ("run", True, "parity (fp16 check)"), name  # ran before publishing
     assert "input_ids" in stages[0][1]["inputs"] and "input_ids" not in stages[2][1]["inputs"] and stages[-1][1]["outputs"] == ["logits"]
     handed = set(stages[0][1]["outputs"]) - {o for o in stages[0][1]["outputs"] if o.startswith("present.")}
     assert handed and handed <= set(stages[2][1]["inputs"]) | set(stages[4][1]["inputs"])  # hidden states, to the later parts by name

@@ -28,7 +28,7 @@ from ortcompile.errors import OutputError, UsageError, output_error
 from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, PipelineStage, carried_files, package_config, read_genai_folder
 from ortcompile.llm.incremental import build_record, why_not_current
 from ortcompile.llm.inputs import check_inputs
-from ortcompile.llm.parts import AUTO, part_budget, split_stages, weight_bytes
+from ortcompile.llm.parts import AUTO, part_budget, part_check_inputs, split_stages, weight_bytes
 from ortcompile.llm.surgery import rewrite_decoder
 from ortcompile.onnxfacts import external_locations
 from ortcompile.options import CompileOptions, CompileResult
@@ -152,13 +152,21 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
         return {s: (r, pins[s]) for s, r in zip(graphs, results)}
     reporter.stage(f"cutting the prefill and decode graphs into parts of at most {budget} bytes of weights")
     parts = split_stages(graphs, pins, budget)
-    check = {"check": "load" if options.check == "run" else options.check}  # a part's inputs are hidden states: see docs/llm.md
+    checks = {s: _part_checks(model, graphs[s], parts[s], options, s) for s in graphs}
     compiled: Compiled = {}
     for index, pair in enumerate(zip(parts[PREFILL], parts[DECODE])):
-        per_model = {str(p): _compile_options(options, {}, check) for p in pair}  # pins are in the parts already
+        per_model = {str(p): _compile_options(options, {}, checks[s][index]) for s, p in zip(graphs, pair)}  # pins are in the parts
         prefill, decode = _compile(list(per_model), stage, per_model, options, reporter)
         compiled[f"{PREFILL}_{index}"], compiled[f"{DECODE}_{index}"] = (prefill, pins[PREFILL]), (decode, pins[DECODE])
     return compiled
+
+
+def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: LlmOptions, stage: str) -> list[dict[str, Any]]:
+    """Each part's check: on the graph's decoder inputs and the hidden states the earlier parts make of them (parts.py)."""
+    settings = _check_settings(model, graph, options, stage)
+    if settings["check"] != "run":
+        return [settings for _ in parts]
+    return [{"check": "run", "inputs": inputs} for inputs in part_check_inputs(parts, settings["inputs"])]
 
 
 def _compile_options(options: LlmOptions, pins: dict[str, int], check: dict[str, Any]) -> CompileOptions:

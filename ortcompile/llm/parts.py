@@ -20,6 +20,7 @@ from ortcompile.compile.split import DEFAULT_CONTEXT_SIZE, part_model_of
 from ortcompile.errors import CompilationFailed
 from ortcompile.onnxfacts import stored_nbytes
 from ortcompile.plan.shapes import Pins, apply_pins
+from ortcompile.readback.given import Given
 
 AUTO = 0  # --partition auto: parts only when the weights would make a context over the EP's limit
 
@@ -59,6 +60,22 @@ def split_stages(graphs: dict[str, Path], pins: dict[str, dict[str, int]], budge
     if len({tuple(c) for c in cuts.values()}) != 1:  # the pairs would hold different weights: nothing to share
         raise CompilationFailed(f"cannot partition: the prefill and decode graphs were cut at different nodes ({cuts})")
     return parts
+
+
+def part_check_inputs(parts: list[Path], given: dict[str, Given]) -> list[dict[str, Given]]:
+    """Each part's inputs for the pre-publish check: the graph's decoder inputs (inputs.py) it reads, and the hidden
+    states the earlier (uncompiled) parts compute from them on the CPU, as genai would hand them on."""
+    import onnxruntime as ort
+
+    values = {name: g.value for name, g in given.items()}
+    origin = next(iter(given.values())).origin
+    result = []
+    for path in parts:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        result.append({n: Given(values[n], origin if n in given else f"{origin}: computed by the earlier parts on the CPU") for n in names})
+        values.update(zip([o.name for o in session.get_outputs()], session.run(None, {n: values[n] for n in names})))
+    return result
 
 
 def _typed(model: Any) -> dict[str, Any]:
