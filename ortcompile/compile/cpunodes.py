@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.epfixes import PINS_FILE
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import UsageError
 from ortcompile.onnxfacts import EPCONTEXT
@@ -31,7 +32,7 @@ from ortcompile.readback.lint import node_label
 
 OP_PREFIX = "op:"
 AFFINITY_OPTION = "op_affinity"
-AFFINITY_FILE = ".cpu_nodes.json"  # in the staging directory: never published
+AFFINITY_FILE = PINS_FILE  # in the staging directory: never published; the prepare step's EP fixes merge into it
 QNN = "QNNExecutionProvider"
 
 
