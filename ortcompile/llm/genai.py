@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.errors import InvalidModel
+from ortcompile.paths import UnsafePath, resolve_inside
+from ortcompile.plan.source import read_source
 
 CONFIG = "genai_config.json"
 PAST_SEQ_LEN = "past_seq_len"
@@ -64,8 +66,14 @@ def read_genai_folder(folder: Path) -> GenaiModel:
         raise InvalidModel(f"{path}: not an onnxruntime-genai config this version reads: {exc!r}") from exc
     if "pipeline" in decoder:
         raise InvalidModel(f"{path}: already a decoder pipeline; give the folder the model builder wrote")
+    try:
+        resolve_inside(folder, decoder["filename"])
+    except UnsafePath as exc:
+        raise InvalidModel(f"{path}: decoder filename: {exc}") from None
     if not model.model_file.is_file():
         raise InvalidModel(f"{path}: its decoder file {decoder['filename']!r} is not in {folder}")
+    read_source(model.model_file)  # every external-data location checked (inside the folder) before one is linked
+    carried_files(model)  # refused now, not after minutes of compile
     return model
 
 
@@ -107,7 +115,16 @@ def package_config(model: GenaiModel, stages: list[PipelineStage], context_lengt
 
 
 def carried_files(model: GenaiModel) -> list[Path]:
-    """The folder's other files the package keeps (tokenizer, chat template, processor config): not the model or its data."""
+    """The folder's other files the package keeps (tokenizer, chat template, processor config): not the model or its data.
+
+    A symlink that leads out of the folder is refused, never followed: the package would carry (and ship) whatever
+    file it names, a private key as readily as a tokenizer."""
     skip = {CONFIG, model.model_file.name}
-    return sorted(p for p in model.folder.iterdir()
-                  if p.is_file() and p.name not in skip and not p.name.startswith(model.model_file.name) and p.suffix != ".onnx")
+    carried = sorted(p for p in model.folder.iterdir()
+                     if p.is_file() and p.name not in skip and not p.name.startswith(model.model_file.name) and p.suffix != ".onnx")
+    for path in carried:
+        try:
+            resolve_inside(model.folder, path.name, plain=True)
+        except UnsafePath as exc:
+            raise InvalidModel(f"{path}: {exc}: the package would carry that file; copy it into {model.folder} or remove the link") from None
+    return carried

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,7 +102,7 @@ def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[st
     stage = out.absolute().parent / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         stage.mkdir(parents=True)
-        compiled = _compile_graphs(model, stage, options, reporter)
+        compiled = _compile_graphs(model, stage, options, _InPackage(reporter, stage, out))
         shutil.rmtree(stage / SOURCES)
         _write_package(model, stage, compiled, options)
         manifest = _write_manifest(stage, model, compiled, record)
@@ -111,6 +112,28 @@ def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[st
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return LlmPackage(out, manifest["files"], manifest["graphs"])
+
+
+class _InPackage:
+    """The compiles write into the stage, which is gone when the user reads their lines: name the package instead."""
+
+    def __init__(self, inner: Reporter, stage: Path, package: Path) -> None:
+        self.inner, self.stage_dir, self.package = inner, str(stage), str(package)
+
+    def stage(self, name: str) -> None:
+        self.inner.stage(name.replace(self.stage_dir, self.package))
+
+    def detail(self, message: str) -> None:
+        self.inner.detail(message.replace(self.stage_dir, self.package))
+
+    def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
+        return self.inner.bytes_bar(description, total)
+
+    def tick(self) -> None:
+        self.inner.tick()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _check_destination(out: Path, force: bool) -> None:
