@@ -25,11 +25,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ortcompile.configkeys import KEYS, bad_value, library_keys, toml_key
+from ortcompile.configkeys import EP_BOUND, KEYS, TABLES, bad_value, library_keys, toml_key
 from ortcompile.eps.catalog import short_name_for
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.layout import LayoutPolicy
 from ortcompile.options import CompileOptions, PartitionOptions
+from ortcompile.optiontable import configured
 from ortcompile.plan.source import read_source
 from ortcompile.trust import why_untrusted
 
@@ -42,8 +43,6 @@ CONFIG_FILE = "ortcompile.toml"
 PYPROJECT = "pyproject.toml"
 ENV_VAR = "ORTCOMPILE_CONFIG"
 PROJECT_MARKERS = (".git", ".hg", PYPROJECT)  # the search stops at a project's root, as black's does
-TABLES = ("ep_options", "fix_dims", "fix_shapes", "freeze")
-EP_BOUND = ("target", "ep_options", "ep_library")  # meaningful only for the EP they were chosen with
 
 
 
@@ -297,14 +296,8 @@ class ModelSettings:
 
 
 def builtin_values() -> dict[str, Any]:
-    """The built-in defaults, in the form merge() takes (what the command's options default to)."""
-    options = CompileOptions()
-    return {"ep": options.ep, "ep_options": {}, "target": options.target, "ep_library": options.ep_library,
-            "inline_threshold": options.layout.inline_threshold, "align": options.layout.align,
-            "align_threshold": options.layout.align_threshold, "shard_size": options.layout.shard_size, "embed": options.embed,
-            "fix_dims": {}, "fix_shapes": {}, "freeze": {}, "prepare": options.prepare, "partition": None,
-            "max_context_size": options.max_context_size, "check_mode": options.check, "require_compiled": options.require_compiled,
-            "inputs_path": None, "cpu_nodes": options.cpu_nodes, "fallback": options.fallback}
+    """The built-in defaults (optiontable.py), in the form merge() takes (what the command's options default to)."""
+    return {o.setting: (dict(o.default) if isinstance(o.default, dict) else o.default) for o in configured()}
 
 
 def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
@@ -370,27 +363,22 @@ def symbolic_dims(model: str) -> set[str]:
 
 
 def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
-    """CompileOptions from merged settings (and any other CompileOptions field in `rest`)."""
+    """CompileOptions from merged settings (and any other CompileOptions field in `rest`): each setting goes to the
+    field the option table names (a missing or None one is the table's default); --partition's as PartitionOptions."""
+    fields: dict[str, Any] = {}
+    layout: dict[str, Any] = {}
+    for entry in configured():
+        if entry.field is None or entry.field.startswith("partition."):
+            continue
+        value = values.get(entry.setting)
+        value = entry.default if value is None else value
+        value = type(entry.default)(value) if isinstance(entry.default, (dict, tuple)) else value  # a copy, as the field holds it
+        group, _, name = entry.field.rpartition(".")
+        (layout if group == "layout" else fields)[name] = value
     parts = values["partition"], values["max_context_size"]
-    return CompileOptions(
-        ep=values["ep"],
-        ep_options=dict(values["ep_options"]),
-        target=values["target"],
-        ep_library=values["ep_library"],
-        layout=LayoutPolicy(values["inline_threshold"], values["align"], values["align_threshold"], values["shard_size"]),
-        embed=values["embed"],
-        fix_dims=dict(values["fix_dims"]),
-        fix_shapes=dict(values["fix_shapes"]),
-        freeze=dict(values["freeze"]),
-        prepare=values["prepare"],
-        partition=None if parts == (None, None) else PartitionOptions(parts[0] or None, jobs, memory_budget),
-        max_context_size=values["max_context_size"],
-        check=values["check_mode"],
-        require_compiled=values["require_compiled"],
-        cpu_nodes=tuple(values.get("cpu_nodes") or ()),
-        fallback=values.get("fallback") or "off",
-        **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})},
-    )
+    partition = None if parts == (None, None) else PartitionOptions(parts[0] or None, jobs, memory_budget)
+    return CompileOptions(**fields, layout=LayoutPolicy(**layout), partition=partition,
+                          **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})})
 
 
 def _configured_inputs(path: str | None, given: Mapping[str, Any]) -> dict[str, Any]:

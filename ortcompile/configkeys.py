@@ -15,6 +15,7 @@ from ortcompile.eps.catalog import loads_library
 from ortcompile.errors import UsageError, shorten
 from ortcompile.layout import MAX_ALIGN
 from ortcompile.onnxfacts import INT64_MAX
+from ortcompile.optiontable import Option, configured
 from ortcompile.sizes import parse_size
 
 Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
@@ -123,29 +124,27 @@ def _patterns(value: Any, where: str, base: Path) -> tuple[str, ...]:
     return tuple(value)
 
 
-# TOML key -> (the command's parameter name, its check). The keys are the command-line flags without dashes.
-KEYS: dict[str, tuple[str, Check]] = {
-    "ep": ("ep", _text),
-    "ep-option": ("ep_options", _table(_option_value)),
-    "target": ("target", _text),
-    "ep-library": ("ep_library", _path),
-    "inline-threshold": ("inline_threshold", _size),
-    "align": ("align", _align),
-    "align-threshold": ("align_threshold", _size),
-    "shard-size": ("shard_size", _positive_size),
-    "embed": ("embed", _choice("auto", "always", "never")),
-    "fix-dim": ("fix_dims", _table(_dim)),
-    "fix-shape": ("fix_shapes", _table(_shape)),
-    "freeze": ("freeze", _table(_number)),
-    "prepare": ("prepare", _bool),
-    "partition": ("partition", _partition),
-    "max-context-size": ("max_context_size", _positive_size),
-    "check": ("check_mode", _choice("auto", "none", "load", "run")),
-    "require-compiled": ("require_compiled", _bool),
-    "inputs": ("inputs_path", _path),  # the check's (and --verify's) inputs: an .npz file or a directory of samples
-    "cpu-nodes": ("cpu_nodes", _patterns),
-    "fallback": ("fallback", _choice("off", "auto")),
+CHECKS: dict[str, Check] = {  # the checks optiontable.ConfigKey names
+    "text": _text, "path": _path, "bool": _bool, "size": _size, "positive_size": _positive_size, "align": _align,
+    "partition": _partition, "dim": _dim, "shape": _shape, "number": _number, "option_value": _option_value, "patterns": _patterns,
 }
+
+
+def _check_of(entry: Option) -> Check:
+    """The check of an option's config value: by name, `choice` from its choices, `table:NAME` a table of NAME."""
+    assert entry.config is not None
+    name = entry.config.check
+    if name == "choice":
+        return _choice(*entry.choices)
+    if name.startswith("table:"):
+        return _table(CHECKS[name.removeprefix("table:")])
+    return CHECKS[name]
+
+
+# TOML key -> (the settings' name, its check), in the option table's order. The keys are the command-line flags without dashes.
+KEYS: dict[str, tuple[str, Check]] = {o.config.key: (o.setting, _check_of(o)) for o in configured() if o.config is not None}
+TABLES = tuple(o.setting for o in configured() if o.config is not None and o.config.check.startswith("table:"))  # merged key by key
+EP_BOUND = tuple(o.setting for o in configured() if o.ep_bound)  # meaningful only for the EP they were chosen with
 
 
 def library_keys(values: dict[str, Any]) -> list[str]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS
 from ortcompile.errors import UsageError
 from ortcompile.layout import LayoutPolicy
+from ortcompile.optiontable import TABLE, Option
 
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
@@ -80,23 +81,43 @@ class CompileOptions:
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True) -> dict[str, Any]:
-        """The options that shape the output, as the manifest records them (no paths, no --force)."""
-        return {
-            "ep": ep_name,
-            "ep_options": dict(sorted(self.ep_options.items())),
-            "layout": asdict(self.layout),
-            "embed": self.embed,
-            "fix_dims": dict(sorted(self.fix_dims.items())),
-            "fix_shapes": {k: list(v) for k, v in sorted(self.fix_shapes.items())},
-            "require_compiled": require_compiled,
-            "share_weights": self.share_weights,
-            "prepare": self.prepare and compiles,  # only a compiling EP's input is prepared
-            **({"freeze": dict(sorted(self.freeze.items()))} if self.freeze else {}),
-            **({"partition": {"budget": self.partition.budget, "max_context_size": self.max_context_size}} if self.partition else {}),
-            **({"target": self.target} if self.target else {}),
-            **({"cpu_nodes": list(self.cpu_nodes)} if self.cpu_nodes else {}),
-            **({"fallback": self.fallback} if self.fallback != "off" else {}),
-        }  # verify and check settings are left out: they do not change a byte of the output
+        """The options that shape the output, as the manifest records them (optiontable.py says which and how; no
+        paths, no --force; verify and check settings are left out: they do not change a byte of the output)."""
+        resolved = {"ep": ep_name, "require_compiled": require_compiled, "prepare": self.prepare and compiles}  # only a compiling EP's input is prepared
+        record: dict[str, Any] = {}
+        for entry in TABLE:
+            if entry.recorded is None or entry.field is None:
+                continue
+            value = resolved[entry.field] if entry.field in resolved else self.value_at(entry.field)
+            if not self._records(entry, value):
+                continue
+            group, _, key = entry.recorded.key.rpartition(".")
+            (record.setdefault(group, {}) if group else record)[key] = _plain(value)
+        return record
+
+    def value_at(self, path: str) -> Any:
+        """The value of a field by the option table's path ("layout.align"; None under an unset record)."""
+        value: Any = self
+        for name in path.split("."):
+            value = getattr(value, name) if value is not None else None
+        return value
+
+    def _records(self, entry: Option, value: Any) -> bool:
+        when = entry.recorded.when if entry.recorded else "always"
+        if when == "set":
+            return bool(value)
+        if when == "not_default":
+            return bool(value != entry.default)
+        if when == "partitioned":
+            return self.partition is not None
+        return True
+
+
+def _plain(value: Any) -> Any:
+    """A recorded value as JSON holds it: tables sorted by key, sequences as lists."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in sorted(value.items())}
+    return list(value) if isinstance(value, tuple) else value
 
 
 def _require_positive(value: int | None, what: str) -> None:

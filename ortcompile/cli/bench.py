@@ -8,7 +8,8 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import ByteSize, KeyValue, criterion_options, criterion_settings, given_inputs, input_options, pairs
+from ortcompile.cli.params import ByteSize, KeyValue, criterion_settings, given_inputs, pairs
+from ortcompile.cli.tableopts import criterion_options, input_options
 from ortcompile.errors import UsageError, VerificationFailed
 from ortcompile.native import set_ort_log_level
 

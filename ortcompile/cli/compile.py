@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import ByteSize, criterion_options, criterion_settings, given_inputs, input_options
+from ortcompile.cli.params import criterion_settings, given_inputs
 from ortcompile.cli.sections import SectionedCommand
-from ortcompile.cli.shaping import check_scheduling, configured, shaping_options, take_shaping
+from ortcompile.cli.shaping import check_scheduling, configured, take_shaping
+from ortcompile.cli.tableopts import compile_table_options
 from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
 from ortcompile.native import set_ort_log_level
@@ -34,19 +35,7 @@ Every option: docs/cli.md. Exit codes: docs/exit-codes.md."""
 @click.command("compile", cls=SectionedCommand, short_help="Compile models into EPContext models, atomically (any size; as parts with --partition).",
                epilog=_EXAMPLES)
 @click.argument("models", nargs=-1, required=True, type=click.Path(dir_okay=True, path_type=str))
-@click.option("-o", "--output", "--output-dir", "output_dir", required=True, type=click.Path(path_type=str),
-              help="Directory for the compiled models and their files (DIR/: named <stem>_ctx.onnx), or the compiled model's path (FILE.onnx).")
-@shaping_options
-@click.option("--jobs", type=click.IntRange(min=1), default=None, help="With --partition: parts compiled at once [default: CPU count, within --memory-budget].")
-@click.option("--memory-budget", type=ByteSize(), default=None, help="With --partition: RSS the running parts may use together [default: available memory].")
-@click.option("--force", is_flag=True, help="Replace earlier outputs of the same model.")
-@click.option("--share-weights", is_flag=True, help="Batch: store identical weights once and share the EP context across the models.")
-@click.option("--if-changed", is_flag=True, help="Do nothing if the output is current (same input digest, options, versions); else rebuild it.")
-@click.option("--depfile", type=click.Path(dir_okay=False, path_type=str), default=None, help="Write a Make dependency file (like gcc -MD).")
-@click.option("--require-full", is_flag=True, help="A fragmented EP graph (CPU nodes between EPContext nodes) is an error (exit 1), not a warning.")
-@click.option("--verify", "verify", is_flag=True, help="Compare with the source before publishing; on mismatch publish nothing (exit 5).")
-@input_options(with_dims=False)
-@criterion_options
+@compile_table_options
 @output_options
 def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_budget: int | None, force: bool, share_weights: bool,
             if_changed: bool, depfile: str | None, require_full: bool, verify: bool, input_args: tuple[str, ...], inputs_file: str | None,

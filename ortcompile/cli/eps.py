@@ -6,7 +6,7 @@ import click
 
 from ortcompile import eps
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.shaping import complete_ep
+from ortcompile.cli.tableopts import complete_ep
 from ortcompile.native import set_ort_log_level
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ortcompile.readback.criteria import PRECISIONS
+from ortcompile.optiontable import CRITERION_NAMES
 from ortcompile.sizes import parse_size
 
 
@@ -69,40 +69,9 @@ def pairs(values: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return dict(values)
 
 
-def input_options(with_dims: bool = True) -> Any:
-    """--input/--inputs (and --dim): what verify, compile (its check and --verify) and bench feed the models.
-    compile has no --dim: its pins (--fix-dim/--fix-shape) are the dims."""
-
-    def decorate(func: Any) -> Any:
-        if with_dims:
-            func = click.option("--dim", "dims", multiple=True, type=KeyValue("batch=1", "NAME=N"),
-                                help="Value of a symbolic dimension in the inputs [default: the compile's pins, else a documented guess].")(func)
-        func = click.option("--inputs", "inputs_file", default=None, type=click.Path(exists=True, path_type=str),
-                            help="Inputs from an .npz file or a directory of NAME.npy files.")(func)
-        return click.option("--input", "input_args", multiple=True, metavar="NAME=FILE.npy|VALUE",
-                            help="One input from a .npy file, or a scalar that fills it (repeatable); the rest are generated.")(func)
-
-    return decorate
-
-
-def criterion_options(func: Any) -> Any:
-    """How outputs are judged: the EP precision's default criterion, each threshold overridable."""
-    for flag, name, text in (
-        ("--min-top1", "min_top1", "Parity: decisive top-1 agreement at least this (0..1)."),
-        ("--min-cosine", "min_cosine", "Parity: cosine similarity at least this."),
-        ("--min-snr", "min_snr_db", "Parity: SNR in dB at least this."),
-        ("--atol", "atol", "Absolute tolerance, element by element."),
-        ("--rtol", "rtol", "Relative tolerance, element by element."),
-    ):
-        func = click.option(flag, name, type=float, default=None, help=f"{text} [default: by the EP's precision, see docs/verify.md]")(func)
-    return click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
-                        help="Judge as an EP of this precision [default: the EP's, quantized for QDQ models].")(func)
-
-
 def criterion_settings(values: dict[str, Any]) -> dict[str, Any]:
     """The criterion options the user set (None: keep the default)."""
-    names = ("rtol", "atol", "min_snr_db", "min_cosine", "min_top1")
-    return {k: values[k] for k in names if values.get(k) is not None}
+    return {k: values[k] for k in CRITERION_NAMES if k != "precision" and values.get(k) is not None}
 
 
 def given_inputs(input_args: tuple[str, ...], inputs_file: str | None) -> dict[str, Any]:

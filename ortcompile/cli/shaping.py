@@ -10,80 +10,12 @@ import click
 from click.core import ParameterSource
 
 from ortcompile.cli.output import current
-from ortcompile.cli.params import ByteSize, KeyValue, PartitionSize, PositiveByteSize, pairs
-from ortcompile.configkeys import KEYS
+from ortcompile.cli.params import pairs
 from ortcompile.errors import UsageError
+from ortcompile.optiontable import shared_settings
 
-
-def complete_ep(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion of --ep: the EP names known or installed here (read without importing onnxruntime)."""
-    from ortcompile.eps import all_eps  # (here, not at the top: plugin discovery runs only when a shell asks)
-
-    names = [*dict.fromkeys(i.short_name for i in all_eps() if i.ep_name), "auto"]
-    return [n for n in names if n.startswith(incomplete.lower())]
-
-
-def complete_target(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[str]:
-    """Shell completion of --target: the --ep's table of targets (every table for auto or an EP without one)."""
-    from ortcompile.eps import lookup
-    from ortcompile.eps.targets import STATIC_TARGETS, static_targets
-
-    try:
-        targets = list(static_targets(lookup(ctx.params.get("ep") or "auto")))
-    except UsageError:  # auto, or a name still being typed
-        targets = []
-    targets = targets or [t for table in STATIC_TARGETS.values() for t in table]
-    return [t.name for t in targets if t.name.startswith(incomplete.lower())]
-
-
-_SHAPING = [
-    click.option("--ep", default="auto", show_default=True, shell_complete=complete_ep,
-                 help="Execution provider: qnn, openvino, webgpu, cpu, auto, or a full EP name."),
-    click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("htp_graph_finalization_optimization_mode=3"), help="Provider option (repeatable)."),
-    click.option("--target", default=None, shell_complete=complete_target,
-                 help="Device generation to compile for, real or virtual (see 'ortcompile eps --targets')."),
-    click.option("--ep-library", default=None, type=click.Path(dir_okay=False, path_type=str),
-                 help="Register this plugin EP library (a shared library) under the EP name given with --ep (not cpu: it is built in)."),
-    click.option("--inline-threshold", type=ByteSize(), default="1024", show_default=True, help="Initializers smaller than this stay in the graph proto."),
-    click.option("--align", type=ByteSize(), default="4096", show_default=True, help="Offset alignment of large initializers in the data file."),
-    click.option("--align-threshold", type=ByteSize(), default="1MiB", show_default=True,
-                 help="Initializers at least this big get --align; smaller ones natural alignment."),
-    click.option("--shard-size", type=ByteSize(), default=None, help="Split external data into files of at most this size (.data, .data.1, ...)."),
-    click.option("--embed", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
-                 help="Embed EP blobs in the model (auto: only small ones)."),
-    click.option("--fix-dim", "fix_dims", multiple=True, type=KeyValue("batch=1", "NAME=VALUE"), help="Pin a symbolic dimension (repeatable)."),
-    click.option("--fix-shape", "fix_shapes", multiple=True, metavar="INPUT=D0,D1,...", help="Pin an input's shape (repeatable)."),
-    click.option("--freeze", "freeze", multiple=True, type=KeyValue("sr=16000", "INPUT=VALUE"),
-                 help="Specialize the model on an input's value (an If switching on it is decided at compile time; repeatable)."),
-    click.option("--prepare/--no-prepare", default=True, show_default=True,
-                 help="Compiling EPs: pin the dims in the graph and fold constants (ORT basic optimization) before the EP sees it."),
-    click.option("--partition", type=PartitionSize(), default=None,
-                 help="Compile as parts of at most SIZE of weights (auto: the EP's graph limit), each in its own child process, then stitch them."),
-    click.option("--max-context-size", type=PositiveByteSize(), default=None, help="Largest EP graph to compile at once (implies --partition auto)."),
-    click.option("--check", "check_mode", type=click.Choice(["auto", "none", "load", "run"]), default="auto", show_default=True,
-                 help="Before publishing, open the output on its EP in a child process: load it, or load, run and compare with the source "
-                      "(auto: run up to 1 GiB of weights, else load)."),
-    click.option("--require-compiled/--allow-partial", default=None, help="Whether 'no node compiled' is an error [default: error for compiling EPs]."),
-    click.option("--cpu-nodes", "cpu_nodes", multiple=True, metavar="PATTERN",
-                 help="Keep these nodes off the EP, on the CPU EP: a node name, op:TYPE or a glob (repeatable; QNN: by op type)."),
-    click.option("--fallback", "fallback", type=click.Choice(["off", "auto"]), default="off", show_default=True,
-                 help="When the check finds outputs that differ: off refuses, naming the node; auto moves the diverging nodes to the "
-                      "CPU EP and compiles again (up to 3 rounds)."),
-]
-CONFIG_ONLY = ("inputs_path",)  # keys whose option is not a shaping option (--inputs is the command's own)
-SHAPING_NAMES = tuple(name for name, _ in KEYS.values() if name not in CONFIG_ONLY)  # the options above, as the config file's keys name them
-_CONFIG = [
-    click.option("--config", "config_path", default=None, type=click.Path(dir_okay=False, path_type=str),
-                 help="Settings file (ortcompile.toml, or pyproject.toml with [tool.ortcompile]) [default: $ORTCOMPILE_CONFIG, else found upwards]."),
-    click.option("--no-config", is_flag=True, help="Read no settings file: built-in defaults and the command line only."),
-]
+SHAPING_NAMES = tuple(o.setting for o in shared_settings())  # the options compile and split share, as the config's settings name them
 _GIVEN = (ParameterSource.COMMANDLINE, ParameterSource.ENVIRONMENT, ParameterSource.PROMPT)
-
-
-def shaping_options(func: Any) -> Any:
-    for option in reversed([*_SHAPING, *_CONFIG]):
-        func = option(func)
-    return func
 
 
 def take_shaping(kwargs: dict[str, Any]) -> dict[str, Any]:

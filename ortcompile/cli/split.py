@@ -8,7 +8,8 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.sections import SectionedCommand
-from ortcompile.cli.shaping import configured, shaping_options, take_shaping
+from ortcompile.cli.shaping import configured, take_shaping
+from ortcompile.cli.tableopts import shaping_options
 
 
 @click.command("split", cls=SectionedCommand, short_help="Write a model as parts that compile on their own, with a Make fragment.")

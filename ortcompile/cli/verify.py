@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import KeyValue, criterion_options, criterion_settings, given_inputs, input_options
+from ortcompile.cli.params import KeyValue, criterion_settings, given_inputs
+from ortcompile.cli.tableopts import criterion_options, input_options
 from ortcompile.native import set_ort_log_level
 
 

@@ -30,6 +30,7 @@ from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
+from ortcompile.optiontable import Option, part_flagged
 from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
 from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
@@ -285,18 +286,25 @@ def _previous_split(out: Path, stem: str, files: list[str], inputs: list[Path]) 
 
 
 def part_cli_args(options: CompileOptions) -> list[str]:
-    """The `ortcompile compile` arguments that compile a part as `--partition` does (what shapes the output)."""
-    layout = options.layout
+    """The `ortcompile compile` arguments that compile a part as `--partition` does: the options the option table
+    passes to parts (what shapes the output), each as its flag."""
     # --no-config: split applied the config already; read again, a section matching `<stem>*` would reach the parts
-    args = ["--no-config", "--ep", options.ep, *(a for k, v in sorted(options.ep_options.items()) for a in ("--ep-option", f"{k}={v}"))]
-    args += ["--target", options.target] if options.target else []
-    args += ["--ep-library", str(Path(options.ep_library).absolute())] if options.ep_library else []
-    args += ["--inline-threshold", str(layout.inline_threshold), "--align", str(layout.align), "--align-threshold", str(layout.align_threshold)]
-    args += ["--shard-size", str(layout.shard_size)] if layout.shard_size else []
-    args += ["--embed", options.embed, "--check", options.check, *([] if options.prepare else ["--no-prepare"])]
-    if options.require_compiled is not None:
-        args.append("--require-compiled" if options.require_compiled else "--allow-partial")
+    args = ["--no-config"]
+    for entry in part_flagged():
+        args += _part_flag(entry, options.value_at(entry.field or entry.name))
     return args
+
+
+def _part_flag(entry: Option, value: Any) -> list[str]:
+    """One option as compile's command line gives it: nothing for an unset value (or a switch at its default)."""
+    if entry.kind == "repeat":
+        return [a for k, v in sorted(value.items()) for a in (entry.long_name, f"{k}={v}")]
+    if entry.kind == "switch":
+        on, off = entry.flags[0].split("/")
+        return [] if value == entry.default else [on if value else off]
+    if value is None or value == "":
+        return []
+    return [entry.long_name, str(Path(value).absolute()) if entry.type == "file" else str(value)]
 
 
 DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
