@@ -30,7 +30,7 @@ from ortcompile.eps.catalog import short_name_for
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.layout import LayoutPolicy
 from ortcompile.options import CompileOptions, PartitionOptions
-from ortcompile.optiontable import configured
+from ortcompile.optiontable import TABLE, Option, configured
 from ortcompile.plan.source import read_source
 from ortcompile.trust import why_untrusted
 
@@ -295,9 +295,9 @@ class ModelSettings:
         return replace(self, values={**self.values, "fix_dims": kept}, pins={k: v for k, v in self.pins.items() if k in kept}), notes
 
 
-def builtin_values() -> dict[str, Any]:
+def builtin_values(table: Sequence[Option] = TABLE) -> dict[str, Any]:
     """The built-in defaults (optiontable.py), in the form merge() takes (what the command's options default to)."""
-    return {o.setting: (dict(o.default) if isinstance(o.default, dict) else o.default) for o in configured()}
+    return {o.setting: (dict(o.default) if isinstance(o.default, dict) else o.default) for o in configured(table)}
 
 
 def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
@@ -362,12 +362,13 @@ def symbolic_dims(model: str) -> set[str]:
     return read_source(Path(model)).symbolic_dims
 
 
-def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memory_budget: int | None = None, **rest: Any) -> Any:
+def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memory_budget: int | None = None,
+                    table: Sequence[Option] = TABLE, **rest: Any) -> Any:
     """CompileOptions from merged settings (and any other CompileOptions field in `rest`): each setting goes to the
     field the option table names (a missing or None one is the table's default); --partition's as PartitionOptions."""
     fields: dict[str, Any] = {}
     layout: dict[str, Any] = {}
-    for entry in configured():
+    for entry in configured(table):
         if entry.field is None or entry.field.startswith("partition."):
             continue
         value = values.get(entry.setting)

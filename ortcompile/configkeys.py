@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ from ortcompile.eps.catalog import loads_library
 from ortcompile.errors import UsageError, shorten
 from ortcompile.layout import MAX_ALIGN
 from ortcompile.onnxfacts import INT64_MAX
-from ortcompile.optiontable import Option, configured
+from ortcompile.optiontable import TABLE, Option, configured
 from ortcompile.sizes import parse_size
 
 Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
@@ -142,7 +142,11 @@ def _check_of(entry: Option) -> Check:
 
 
 # TOML key -> (the settings' name, its check), in the option table's order. The keys are the command-line flags without dashes.
-KEYS: dict[str, tuple[str, Check]] = {o.config.key: (o.setting, _check_of(o)) for o in configured() if o.config is not None}
+def config_keys(table: Sequence[Option] = TABLE) -> dict[str, tuple[str, Check]]:
+    return {o.config.key: (o.setting, _check_of(o)) for o in configured(table) if o.config is not None}
+
+
+KEYS = config_keys()
 TABLES = tuple(o.setting for o in configured() if o.config is not None and o.config.check.startswith("table:"))  # merged key by key
 EP_BOUND = tuple(o.setting for o in configured() if o.ep_bound)  # meaningful only for the EP they were chosen with
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -80,12 +81,12 @@ class CompileOptions:
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
-    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True) -> dict[str, Any]:
+    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> dict[str, Any]:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no
         paths, no --force; verify and check settings are left out: they do not change a byte of the output)."""
         resolved = {"ep": ep_name, "require_compiled": require_compiled, "prepare": self.prepare and compiles}  # only a compiling EP's input is prepared
         record: dict[str, Any] = {}
-        for entry in TABLE:
+        for entry in table:
             if entry.recorded is None or entry.field is None:
                 continue
             value = resolved[entry.field] if entry.field in resolved else self.value_at(entry.field)

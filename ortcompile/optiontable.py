@@ -11,6 +11,7 @@ No click and no ortcompile module is imported here: the table is data, read from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -185,19 +186,22 @@ def option(name: str) -> Option:
     return next(o for o in TABLE if o.name == name)
 
 
-def configured() -> tuple[Option, ...]:
+# Each view below takes the table as an argument (the whole table by default), so a test can add an entry to a copy.
+
+
+def configured(table: Sequence[Option] = TABLE) -> tuple[Option, ...]:
     """The options a config file may set, in the table's order."""
-    return tuple(o for o in TABLE if o.config is not None)
+    return tuple(o for o in table if o.config is not None)
 
 
-def shared_settings() -> tuple[Option, ...]:
+def shared_settings(table: Sequence[Option] = TABLE) -> tuple[Option, ...]:
     """The options that shape an output, shared by compile and split, as the config file's keys name them."""
-    return tuple(o for o in TABLE if o.split and o.config is not None)
+    return tuple(o for o in table if o.split and o.config is not None)
 
 
-def part_flagged() -> tuple[Option, ...]:
+def part_flagged(table: Sequence[Option] = TABLE) -> tuple[Option, ...]:
     """The options passed to each part, in the order their flags are written."""
-    ordered = [o for o in TABLE if o.part and o.part_after is None]
-    for late in (o for o in TABLE if o.part and o.part_after is not None):
+    ordered = [o for o in table if o.part and o.part_after is None]
+    for late in (o for o in table if o.part and o.part_after is not None):
         ordered.insert(next(i for i, o in enumerate(ordered) if o.name == late.part_after) + 1, late)
     return tuple(ordered)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
 from ortcompile.options import CompileOptions
-from ortcompile.optiontable import Option, part_flagged
+from ortcompile.optiontable import TABLE, Option, part_flagged
 from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
 from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
@@ -285,12 +286,12 @@ def _previous_split(out: Path, stem: str, files: list[str], inputs: list[Path]) 
     return stale
 
 
-def part_cli_args(options: CompileOptions) -> list[str]:
+def part_cli_args(options: CompileOptions, table: Sequence[Option] = TABLE) -> list[str]:
     """The `ortcompile compile` arguments that compile a part as `--partition` does: the options the option table
     passes to parts (what shapes the output), each as its flag."""
     # --no-config: split applied the config already; read again, a section matching `<stem>*` would reach the parts
     args = ["--no-config"]
-    for entry in part_flagged():
+    for entry in part_flagged(table):
         args += _part_flag(entry, options.value_at(entry.field or entry.name))
     return args
 
