@@ -15,6 +15,7 @@ from ortcompile.cli.tableopts import compile_table_options
 from ortcompile.errors import UsageError
 from ortcompile.naming import split_output
 from ortcompile.native import set_ort_log_level
+from ortcompile.optiontable import option
 
 if TYPE_CHECKING:
     from ortcompile.options import CompileResult
@@ -86,7 +87,7 @@ def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
 def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:
     """The criterion options apply to --verify only: without it they would do nothing, so say so."""
     if not verify and (settings or precision):
-        raise UsageError(f"{', '.join('--' + k.replace('_db', '').replace('_', '-') for k in settings) or '--precision'}: "
+        raise UsageError(f"{', '.join(option(k).long_name for k in settings) or '--precision'}: "
                          "only used by --verify (without it the pre-publish check judges by the default criterion); add --verify or drop it")
     return {**settings, **({"precision": precision} if precision else {})}
 
