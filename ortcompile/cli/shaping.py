@@ -3,7 +3,7 @@ and the config file (ortcompile/config.py) that gives each model its own."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
@@ -37,13 +37,21 @@ def configured(models: list[str], shaping: dict[str, Any]) -> tuple[dict[str, di
 
 
 def command_line_values(shaping: dict[str, Any]) -> dict[str, Any]:
-    """The shaping options as the config's merge takes them: repeated KEY=VALUE options as dicts, checked."""
+    """The shaping options as the config's merge takes them: repeated KEY=VALUE options as dicts, other repeated
+    options as tuples; the pins and --freeze checked as they are read."""
     from ortcompile.compile.freeze import parse_freeze
     from ortcompile.plan.shapes import parse_fix_dims, parse_fix_shapes
 
-    values = {name: shaping[name] for name in SHAPING_NAMES}
-    values.update(cpu_nodes=tuple(shaping["cpu_nodes"]), ep_options=pairs(shaping["ep_options"]), fix_dims=parse_fix_dims(shaping["fix_dims"]),
-                  fix_shapes=parse_fix_shapes(shaping["fix_shapes"]), freeze=parse_freeze(shaping["freeze"]))
+    parsers: dict[str, Callable[[Any], Any]] = {"fix_dims": parse_fix_dims, "fix_shapes": parse_fix_shapes, "freeze": parse_freeze}
+    values = {}
+    for entry in shared_settings():
+        given = shaping[entry.name]
+        if entry.name in parsers:
+            values[entry.setting] = parsers[entry.name](given)
+        elif entry.kind == "repeat":
+            values[entry.setting] = pairs(given) if entry.type == "pair" else tuple(given)
+        else:
+            values[entry.setting] = given
     return values
 
 
