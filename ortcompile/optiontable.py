@@ -72,7 +72,7 @@ class Option:
     @property
     def setting(self) -> str:
         """The name of its value in merged settings (config.py)."""
-        return self.config.name or self.name if self.config else self.name
+        return (self.config.name or self.name) if self.config else self.name
 
 
 _CRITERION_DEFAULT = " [default: by the EP's precision, see docs/verify.md]"
