@@ -4,6 +4,8 @@ Real compiles in fresh processes (QNN's HTP simulator and the CPU EP) on copies 
 are at least a second apart, in different output directories, from different working directories, with
 relative and absolute -o: a timestamp (at any resolution down to the second) or a path in any output
 would make the bytes differ; and every output file is also searched for the test's directory names.
+A test whose reference is a compile the module already ran (its first runs, one batch) compares with that
+output rather than compiling the same thing again: determinism says the bytes are those of any such run.
 
 What is NOT deterministic is documented in docs/output-layout.md ("Determinism") and pinned here: through
 the Python API, the QNN blob's tensor ids depend on what the same process compiled before (the CLI compiles
@@ -80,6 +82,21 @@ def first_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, fl
     return root, src, time.monotonic()
 
 
+def first_output(first_runs: tuple[Path, Path, float], stem: str, ep: str, embed: str = "auto") -> dict[str, bytes]:
+    """The files of the module's first run of (stem, ep, embed): a compile of the absolute input path into an empty
+    directory, the reference the tests below compare with instead of compiling the same thing again (the default
+    --embed is auto)."""
+    return outputs(first_runs[0] / f"first-output-{stem}-{ep}-{embed}")
+
+
+@pytest.fixture(scope="module")
+def batch(first_runs: tuple[Path, Path, float]) -> dict[str, bytes]:
+    """mlp and split compiled as one QNN batch (--embed never), absolute input paths: shared by the two batch tests."""
+    root, src, _ = first_runs
+    compile_in(root, src / "mlp.onnx", src / "split.onnx", "-o", root / "batch", "--ep", "qnn", "--embed", "never")
+    return outputs(root / "batch")
+
+
 @pytest.mark.parametrize("stem, ep, embed", CASES, ids=["-".join(case) for case in CASES])
 def test_two_compiles_are_byte_identical(stem: str, ep: str, embed: str, first_runs: tuple[Path, Path, float], tmp_path: Path) -> None:
     """Same input path, different output directories, cwds and -o spellings, a second apart: same bytes,
@@ -105,71 +122,64 @@ def test_two_compiles_are_byte_identical(stem: str, ep: str, embed: str, first_r
 
 
 @pytest.mark.parametrize("stem", ["split", "mlp"])
-def test_cpu_output_does_not_depend_on_the_input_path(stem: str, tmp_path: Path, src: Path) -> None:
+def test_cpu_output_does_not_depend_on_the_input_path(stem: str, first_runs: tuple[Path, Path, float], tmp_path: Path, src: Path) -> None:
     """--ep cpu: relative vs absolute input, and even a copy of the input in another directory: same bytes."""
     compile_in(src, f"{stem}.onnx", "-o", tmp_path / "rel", "--ep", "cpu")
-    compile_in(tmp_path, src / f"{stem}.onnx", "-o", tmp_path / "abs", "--ep", "cpu")
     other = tmp_path / "another copy"
     other.mkdir()
     shutil.copyfile(src / f"{stem}.onnx", other / f"{stem}.onnx")
     compile_in(tmp_path, other / f"{stem}.onnx", "-o", tmp_path / "copy", "--ep", "cpu")
-    rel, absolute, copy = outputs(tmp_path / "rel"), outputs(tmp_path / "abs"), outputs(tmp_path / "copy")
+    rel, absolute, copy = outputs(tmp_path / "rel"), first_output(first_runs, stem, "cpu"), outputs(tmp_path / "copy")
     assert differing(rel, absolute) == [] and differing(rel, copy) == []
 
 
 @pytest.mark.parametrize("ep", ["qnn", "cpu"])
-def test_output_does_not_depend_on_how_or_where_the_input_is_named(ep: str, tmp_path: Path, src: Path) -> None:
+def test_output_does_not_depend_on_how_or_where_the_input_is_named(ep: str, first_runs: tuple[Path, Path, float], tmp_path: Path,
+                                                                   src: Path) -> None:
     """Relative vs absolute input path, and a copy of the input in another directory: same bytes.
     (ORT hashes the model path into QNN partition names; ortcompile hands it a bare file name:
     /tmp/ortcompile-bugs/pipeline-1.md.)"""
     options = ("--ep", ep, "--embed", "never")
     compile_in(src, "split.onnx", "-o", tmp_path / "rel", *options)
-    compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "abs", *options)
     other = tmp_path / "another copy" / "of the models"
     other.mkdir(parents=True)
     shutil.copyfile(src / "split.onnx", other / "split.onnx")
     compile_in(tmp_path, other / "split.onnx", "-o", tmp_path / "copy", *options)
     rel = outputs(tmp_path / "rel")
-    assert differing(rel, outputs(tmp_path / "abs")) == [] and differing(rel, outputs(tmp_path / "copy")) == []
+    assert differing(rel, first_output(first_runs, "split", ep, "never")) == [] and differing(rel, outputs(tmp_path / "copy")) == []
     if ep == "qnn":
         assert "split_ctx_qnn.bin" in {without_digest(n) for n in rel}
 
 
 @pytest.mark.parametrize("ep, before", [("cpu", ("--embed", "never", "--shard-size", "4K")), ("qnn", ("--embed", "always"))])
-def test_replacing_an_output_gives_the_bytes_of_a_fresh_compile(ep: str, before: tuple[str, ...], tmp_path: Path, src: Path) -> None:
+def test_replacing_an_output_gives_the_bytes_of_a_fresh_compile(ep: str, before: tuple[str, ...], first_runs: tuple[Path, Path, float],
+                                                                tmp_path: Path, src: Path) -> None:
     """Content-addressed names are a function of the bytes: --force over an earlier output with other files (shards;
     an embedded blob) leaves exactly the files, names and bytes a compile into an empty directory does."""
     options = ("--ep", ep, "--embed", "never")
-    compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "fresh", *options)
     compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "replaced", "--ep", ep, *before)
     earlier = outputs(tmp_path / "replaced")
     compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "replaced", *options, "--force")
-    fresh = outputs(tmp_path / "fresh")
+    fresh = first_output(first_runs, "split", ep, "never")
     assert set(earlier) != set(fresh)  # the earlier output had other files, all gone now
     assert differing(fresh, outputs(tmp_path / "replaced")) == []
 
 
-def test_relative_input_path_in_a_subdirectory(tmp_path: Path, src: Path) -> None:
+def test_relative_input_path_in_a_subdirectory(first_runs: tuple[Path, Path, float], tmp_path: Path, src: Path) -> None:
     """`ortcompile compile source-models/split.onnx -o out` from the parent directory, several times (a chdir
     race once made it fail depending on thread timing: /tmp/ortcompile-bugs/pipeline-5.md): every run
     succeeds and gives the bytes of an absolute-path run."""
-    compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "abs", "--ep", "cpu")
-    reference = outputs(tmp_path / "abs")
+    reference = first_output(first_runs, "split", "cpu")
     for attempt in range(6):
         compile_in(tmp_path, f"{src.name}/split.onnx", "-o", f"rel{attempt}", "--ep", "cpu")
         assert differing(reference, outputs(tmp_path / f"rel{attempt}")) == []
 
 
-def test_a_batch_gives_the_bytes_of_single_runs(tmp_path: Path, src: Path) -> None:
+def test_a_batch_gives_the_bytes_of_single_runs(batch: dict[str, bytes], first_runs: tuple[Path, Path, float]) -> None:
     """The QNN HTP backend numbers tensors with a process-wide counter that ends up in the blob; a CLI batch
     compiles each model in a fresh process, so split compiled after mlp in a batch is byte-identical to
     split compiled alone, blob included (/tmp/ortcompile-bugs/pipeline-3.md)."""
-    options = ("--ep", "qnn", "--embed", "never")
-    compile_in(tmp_path, src / "split.onnx", "-o", tmp_path / "alone-split", *options)
-    compile_in(tmp_path, src / "mlp.onnx", "-o", tmp_path / "alone-mlp", *options)
-    compile_in(tmp_path, src / "mlp.onnx", src / "split.onnx", "-o", tmp_path / "batch", *options)
-    batch = outputs(tmp_path / "batch")
-    alone = {**outputs(tmp_path / "alone-split"), **outputs(tmp_path / "alone-mlp")}
+    alone = {**first_output(first_runs, "split", "qnn", "never"), **first_output(first_runs, "mlp", "qnn", "never")}
     assert {"mlp_ctx_qnn.bin", "split_ctx_qnn.bin"} <= {without_digest(n) for n in batch}
     assert differing(alone, batch) == []
 
@@ -197,8 +207,6 @@ def test_library_compiling_twice_in_one_process_is_byte_identical(tmp_path: Path
     assert "## Determinism" in text and "worker" in text
 
 
-def test_same_batch_twice_is_byte_identical(tmp_path: Path, src: Path) -> None:
-    options = ("--ep", "qnn", "--embed", "never")
-    compile_in(tmp_path, src / "mlp.onnx", src / "split.onnx", "-o", tmp_path / "one", *options)
-    compile_in(src, "mlp.onnx", "split.onnx", "-o", tmp_path / "two", *options)
-    assert differing(outputs(tmp_path / "one"), outputs(tmp_path / "two")) == []
+def test_same_batch_twice_is_byte_identical(batch: dict[str, bytes], tmp_path: Path, src: Path) -> None:
+    compile_in(src, "mlp.onnx", "split.onnx", "-o", tmp_path / "two", "--ep", "qnn", "--embed", "never")
+    assert differing(batch, outputs(tmp_path / "two")) == []

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +24,7 @@ from typing import Any
 import corpus
 import numpy as np
 import pytest
-from helpers import cpu_session, qnn_session
+from helpers import CliResult, cpu_session, qnn_session, run_cli
 
 from ortcompile.readback.compare import compare_output
 from ortcompile.readback.criteria import criterion_for
@@ -72,7 +70,7 @@ def test_row(row: Row, tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = row.command.split()[2:]  # after "ortcompile compile"
     args = [str(model.path) if a == f"{model.name}.onnx" else str(out) if a == "out/" else a for a in args]
-    proc = subprocess.run([sys.executable, "-m", "ortcompile", "compile", *args, "--json"], capture_output=True, text=True, timeout=1800)
+    proc = run_cli("compile", *args, "--json")  # in this process: the outcome is the subject, not a process (~2 s of start-up a row)
     if row.outcome.startswith("exit "):
         _assert_refused(row, proc, out)
     else:
@@ -81,7 +79,7 @@ def test_row(row: Row, tmp_path: Path) -> None:
         _assert_compiled(row, model, result)
 
 
-def _assert_refused(row: Row, proc: subprocess.CompletedProcess[str], out: Path) -> None:
+def _assert_refused(row: Row, proc: CliResult, out: Path) -> None:
     code, _, message = row.outcome.partition(": ")
     assert proc.returncode == int(code.split()[1]), proc.stderr[-2000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("ortcompile: error: ")]
