@@ -92,7 +92,7 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
 
     reporter.stage(f"localizing the divergence in {request.model.name}")
     model = onnx.load_model(str(request.model), load_external_data=False)
-    producers = _expose_intermediates(model)
+    producers = _expose_intermediates(model, request.dims)
     diagnostic = request.model.with_name(request.model.name + DIAGNOSTIC_SUFFIX)
     onnx.save_model(model, str(diagnostic))  # beside the model: its external data resolves as the model's does
     try:
@@ -158,17 +158,21 @@ def _agrees(comparison: Any, criterion: Criterion) -> bool:
     return comparison.snr_db is None or comparison.snr_db >= floor
 
 
-def _expose_intermediates(model: Any) -> dict[str, str]:
+def _expose_intermediates(model: Any, dims: dict[str, int]) -> dict[str, str]:
     """Every float tensor a main-graph node computes becomes a graph output (types from shape inference, where
     known); returns tensor -> the label of the node producing it."""
     import onnx
     from onnx import helper
 
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        types = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
-    except Exception:
-        types = {}
+    _pin_input_dims(model, dims)  # else inference invents dims of unknown size, and the size budget guesses them large
+    types: dict[str, Any] = {}
+    for data_prop in (True, False):  # data propagation carries a pinned dim through Shape -> Reshape (magika's batch)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
+            types = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+            break
+        except Exception:
+            continue
     outputs = {o.name for o in model.graph.output}
     producers, exposed = {}, 0
     for node in model.graph.node:
@@ -179,18 +183,28 @@ def _expose_intermediates(model: Any) -> dict[str, str]:
             info = types.get(tensor)
             if tensor in outputs or info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
                 continue
-            exposed += _nbytes(info)
-            if exposed > EXPOSED_BYTES:  # the first divergence is what is looked for: the earliest tensors are kept
+            size = _nbytes(info, dims)
+            if exposed + size > EXPOSED_BYTES:  # the earliest tensors that fit are kept (one huge tensor skips only itself)
                 continue
+            exposed += size
             model.graph.output.append(helper.make_value_info(tensor, info.type))
             outputs.add(tensor)
     return producers
 
 
-def _nbytes(info: Any) -> int:
-    """An intermediate's size from its inferred shape (unknown dims count as 1024: a guess on the large side)."""
-    dims = [d.dim_value if d.HasField("dim_value") else 1024 for d in info.type.tensor_type.shape.dim]
-    return 4 * math.prod(dims)
+def _pin_input_dims(model: Any, dims: dict[str, int]) -> None:
+    """The symbolic dims of the graph's inputs at the values run (the session pins them the same way)."""
+    for graph_input in model.graph.input:
+        for dim in graph_input.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in dims:
+                dim.dim_value = dims[dim.dim_param]
+
+
+def _nbytes(info: Any, dims: dict[str, int]) -> int:
+    """An intermediate's size from its inferred shape, symbolic dims at the values run (a source given to verify
+    keeps them); other unknown dims count as 1024, a guess on the large side."""
+    sizes = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1024) for d in info.type.tensor_type.shape.dim]
+    return 4 * math.prod(sizes)
 
 
 def _inputs_of(model: Any, tensor: str) -> list[str]:
