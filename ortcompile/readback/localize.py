@@ -118,7 +118,7 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
             comparison = compare_output(tensor, got[tensor], want[tensor], request.criterion)
             ok = _agrees(comparison, request.criterion)
             row = {"node": node_label(node), "op_type": node.op_type, "ep": placed.get(node.name, ep.name), "tensor": tensor,
-                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": comparison.max_abs,
+                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": _finite(comparison.max_abs),
                    "nonfinite": comparison.nonfinite, "reason": comparison.reason,
                    "reads": [producers[i] for i in node.input if i in producers]}
             rows.append(row)
@@ -225,4 +225,9 @@ def _one_per_node(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
+    return None if value is None or not math.isfinite(value) else round(value, 2)
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no inf/NaN (--json is strict): an infinite difference is reported as unknown (`nonfinite` counts it)."""
+    return None if value is None or not math.isfinite(value) else value
