@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import corpus  # noqa: E402
 
@@ -46,11 +48,15 @@ def rows() -> list[Row]:
             found.append(Row(model.id, ep))
             if model.constants:  # silero's sr: what the compile error suggests where the plain command fails
                 found.append(Row(model.id, ep, tuple(a for name, value in model.constants.items() for a in ("--freeze", f"{name}={value}"))))
+        found += [Row(model.id, "qnn", extra) for extra in model.qnn_extra]  # realistic --inputs, --fallback auto
     return found
 
 
 def run(row: Row, model: corpus.CorpusModel, out: Path) -> dict[str, object]:
-    command = [sys.executable, "-m", "ortcompile", "compile", str(model.path), "-o", str(out), "--json", *row.args(model)]
+    realistic = out.parent / corpus.REALISTIC_FILE  # the realistic inputs as a user's sample file
+    np.savez(realistic, **corpus.make_inputs(model, "realistic"))
+    args = [str(realistic) if a == corpus.REALISTIC_FILE else a for a in row.args(model)]
+    command = [sys.executable, "-m", "ortcompile", "compile", str(model.path), "-o", str(out), "--json", *args]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     seconds = time.perf_counter() - start

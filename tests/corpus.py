@@ -1,13 +1,17 @@
 """The real-model corpus: ONNX models shipped inside pinned PyPI wheels, downloaded by the test suite, never committed.
 
-Thirteen models from four wheels (OCR detection/recognition/classification, captcha CRNNs and a YOLOX detector,
-the Silero voice-activity detectors, a graph transformer for chemistry)::
+Sixteen models from seven wheels (OCR detection/recognition/classification, captcha CRNNs and a YOLOX detector,
+the Silero voice-activity detectors, a graph transformer for chemistry, a byte-level file-type classifier, a
+YOLOv8 detector, the VAD faster-whisper ships)::
 
     rapidocr-onnxruntime==1.4.4   ch_PP-OCRv4_det_infer, ch_PP-OCRv4_rec_infer, ch_ppocr_mobile_v2.0_cls_infer
     ddddocr==1.6.1                common, common_old (dynamically quantized), common_det
     silero-vad==6.2.3             silero_vad, silero_vad_16k_op15, silero_vad_16k_sequence, silero_vad_half,
                                   silero_vad_op18_ifless, silero_vad_openvino_16k
     chython-rxnmap==2.0           rxnmap
+    magika==1.0.3                 standard_v3_3 (bytes of a file -> 214 content types)
+    nudenet==3.4.2                320n (YOLOv8n detector, 18 classes)
+    faster-whisper==1.2.1         silero_vad_v6
 
 Each wheel is fetched with ``python -m pip download --no-deps --only-binary=:all: PKG==VER`` into
 ``$XDG_CACHE_HOME/ortcompile-tests/corpus`` (default ``~/.cache/ortcompile-tests/corpus``), checked against the
@@ -81,6 +85,12 @@ WHEELS: dict[str, Wheel] = {w.requirement.split("==")[0]: w for w in [
           "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8", "silero"),
     Wheel("chython-rxnmap==2.0", "chython_rxnmap-2.0-py3-none-any.whl",
           "c330c6b2250bd024807abffc45f51d2953489fa52a9caa20e82572e4463d5de6", "rxnmap"),
+    Wheel("magika==1.0.3", "magika-1.0.3-py3-none-manylinux_2_28_x86_64.whl",  # Linux x86_64 (its Rust CLI is inside)
+          "3e9b49134e8116ee40b431664dcbed9e199413efddcce1a173c734b4e0521529", "magika"),
+    Wheel("nudenet==3.4.2", "nudenet-3.4.2-py3-none-any.whl",
+          "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331", "nudenet"),
+    Wheel("faster-whisper==1.2.1", "faster_whisper-1.2.1-py3-none-any.whl",
+          "79a66ad50688c0b794dd501dc340a736992a6342f7f95e5811be60b5224a26a7", "whisper"),
 ]}
 
 
@@ -117,6 +127,9 @@ class CorpusModel:
     inputs: tuple[InputHint, ...] = ()
     realistic: str = ""  # what make_inputs(kind="realistic") synthesizes
     notes: str = ""
+    # QNN commands beyond the plain one, as option lists after the pins; REALISTIC_FILE stands for make_inputs()
+    # saved as an .npz (a user's own sample), e.g. ("--inputs", REALISTIC_FILE, "--fallback", "auto")
+    qnn_extra: tuple[tuple[str, ...], ...] = ()
     path: Path = Path()  # set by ensure_corpus()
 
     @property
@@ -139,6 +152,9 @@ class CorpusModel:
     def constants(self) -> dict[str, float | int]:
         """Inputs that must hold one value (silero's sr=16000): what a user would freeze for an NPU build."""
         return {h.name: h.value for h in self.inputs if h.kind == "constant" and h.value is not None}
+
+
+REALISTIC_FILE = "realistic.npz"
 
 
 def _image(name: str, shape: tuple[int, ...], low: float, high: float, note: str) -> InputHint:
@@ -293,6 +309,42 @@ _MODELS: list[CorpusModel] = [
         notes="chython's attention atom mapping (chython/algorithms/attention.py) feeds one reaction, seq_len = 1 + "
               "molecules + heavy atoms; an NPU build pads to a fixed 64 (see encode_reaction: an all-zero padding row of "
               "distances gives NaN everywhere). Output (seq_len, seq_len) attention",
+    ),
+    CorpusModel(
+        "magika/standard_v3_3", "magika==1.0.3", "magika/models/standard_v3_3/model.onnx",
+        "fe2d2eb49c5f88a9e0a6c048e15d6ffdf86235519c2afc535044de433169ec8c", 3163737,
+        fix_dims={"unk__214": 1},
+        inputs=(InputHint("bytes", "index", "int32", (1, 2048), low=0, high=257,
+                          note="the first 1024 bytes (after lstrip) and the last 1024 (after rstrip) of a file, 256 pads a short one"),),
+        realistic="a ~3 KB Python-like source file's bytes, taken as magika does (beginning and end, no padding)",
+        notes="magika's content-type model (magika.py _extract_features_from_seekable: beg_size=end_size=1024, padding "
+              "token 256, config.min.json); output (1, 214) probabilities. QNN publishes it on the check's generated ids "
+              "(uniform bytes agree at 66-70 dB) and gets a text file wrong (-122.9 dB: a LayerNorm's sum of squares "
+              "passes 65504 in fp16); with the file as --inputs the check refuses it and --fallback auto fixes it",
+        qnn_extra=(("--inputs", REALISTIC_FILE), ("--inputs", REALISTIC_FILE, "--fallback", "auto")),
+    ),
+    CorpusModel(
+        "nudenet/320n", "nudenet==3.4.2", "nudenet/320n.onnx",
+        "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f", 12150158,
+        fix_dims={"batch": 1, "height": 320, "width": 320},
+        inputs=(_image("images", (1, 3, 320, 320), 0.0, 1.0, "RGB pixel/255, padded to a square (black bottom/right), resized to 320"),),
+        realistic="a 240x320 photo-like image (smooth background, skin-toned blobs) padded black to 320x320, /255",
+        notes="NudeDetector (nudenet.py _read_image: copyMakeBorder to a square, blobFromImage 1/255 at 320, swapRB); "
+              "output (1, 22, 2100): 4 box values and 18 class scores per anchor",
+    ),
+    CorpusModel(
+        "whisper/silero_vad_v6", "faster-whisper==1.2.1", "faster_whisper/assets/silero_vad_v6.onnx",
+        "4cbf549b8326f60f80f2536d9eefeb450a9abe83365a098031c89719f1be17d2", 1245151,
+        fix_dims={"seq_len": _SEQUENCE_FRAMES},
+        inputs=(
+            InputHint("input", "audio", "float32", (_SEQUENCE_FRAMES, 576), low=-1.0, high=1.0, value=16000,
+                      note="frames of 64 context + 512 samples at 16 kHz (faster_whisper/vad.py SileroVADModel)"),
+            InputHint("h", "state", "float32", (1, 1, 128), low=-1.0, high=1.0, note="LSTM h: zeros (one call per audio)"),
+            InputHint("c", "state", "float32", (1, 1, 128), low=-1.0, high=1.0, note="LSTM c: zeros"),
+        ),
+        realistic=f"{_SEQUENCE_FRAMES} consecutive frames of a 440 Hz sine (+ harmonics) with 1% noise, zero h and c",
+        notes="faster-whisper's VAD filter runs every frame of the audio in one call (up to 10000 frames); an NPU build "
+              f"fixes the block at {_SEQUENCE_FRAMES} frames (~2 s) and carries h, c between blocks",
     ),
 ]
 
@@ -456,7 +508,7 @@ def _resolved(model: CorpusModel, root: Path) -> CorpusModel:
 
 
 def ensure_corpus(root: Path | None = None) -> list[CorpusModel]:
-    """All 13 models, present and verified (downloading what is missing); ``model.path`` is set."""
+    """All 16 models, present and verified (downloading what is missing); ``model.path`` is set."""
     return fetch(root).models
 
 
@@ -669,7 +721,53 @@ def _rxnmap_inputs(model: CorpusModel, rng: np.random.Generator) -> dict[str, np
     return encode_reaction(["ethanol", "acetic acid"], ["ethyl acetate", "water"], model.hint("atoms").shape[1])
 
 
-_REALISTIC = {"rapidocr": _rapidocr_inputs, "ddddocr": _ddddocr_inputs, "silero": _silero_inputs, "rxnmap": _rxnmap_inputs}
+_WORDS = ("def", "return", "self", "value", "items", "for", "in", "if", "not", "None", "import", "numpy", "path", "name", "model")
+
+
+def source_text(rng: np.random.Generator, size: int = 3000) -> bytes:
+    """Python-like source code of about SIZE bytes: imports, then functions of short indented statements."""
+    lines = ["import os", "import sys", "from pathlib import Path", ""]
+    while sum(len(line) + 1 for line in lines) < size:
+        name = "_".join(rng.choice(_WORDS, 2))
+        lines += [f"def {name}(path, value=None):", f'    """{" ".join(rng.choice(_WORDS, 6))}."""']
+        for _ in range(int(rng.integers(2, 6))):
+            lines.append(f"    {rng.choice(_WORDS)} = {rng.choice(_WORDS)}.{rng.choice(_WORDS)}({int(rng.integers(0, 100))})")
+        lines += [f"    return {rng.choice(_WORDS)}", ""]
+    return "\n".join(lines).encode()
+
+
+def magika_features(content: bytes, size: int = 1024, padding: int = 256) -> np.ndarray:
+    """magika's features: the first SIZE bytes after lstrip (padded after), the last SIZE after rstrip (padded before)."""
+    begin, end = list(content.lstrip()[:size]), list(content.rstrip()[-size:])
+    return np.array([begin + [padding] * (size - len(begin)) + [padding] * (size - len(end)) + end], dtype=np.int32)
+
+
+def _magika_inputs(model: CorpusModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    return {"bytes": magika_features(source_text(rng))}
+
+
+def photo_like(height: int, width: int, rng: np.random.Generator) -> np.ndarray:
+    """An HxWx3 float image in [0, 1]: a smooth two-colour background with a few soft skin-toned ellipses."""
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    top, bottom = rng.uniform(0.3, 0.9, 3), rng.uniform(0.1, 0.6, 3)
+    image = top + (bottom - top) * (y / height)[..., None]
+    for _ in range(int(rng.integers(2, 5))):
+        cy, cx = rng.uniform(0.2, 0.8) * height, rng.uniform(0.2, 0.8) * width
+        ry, rx = rng.uniform(0.1, 0.3) * height, rng.uniform(0.05, 0.2) * width
+        weight = np.clip(1.5 - ((y - cy) / ry) ** 2 - ((x - cx) / rx) ** 2, 0, 1)[..., None]
+        image = image * (1 - weight) + np.array([0.85, 0.64, 0.52]) * rng.uniform(0.7, 1.1) * weight
+    return np.clip(image + rng.normal(0, 0.01, image.shape), 0, 1).astype(np.float32)
+
+
+def _nudenet_inputs(model: CorpusModel, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    _, _, side, _ = model.hint("images").shape
+    canvas = np.zeros((side, side, 3), dtype=np.float32)  # padded to a square with black, as nudenet does
+    canvas[:, : side * 3 // 4] = photo_like(side, side * 3 // 4, rng)
+    return {"images": np.ascontiguousarray(canvas.transpose(2, 0, 1)[None])}
+
+
+_REALISTIC = {"rapidocr": _rapidocr_inputs, "ddddocr": _ddddocr_inputs, "silero": _silero_inputs, "rxnmap": _rxnmap_inputs,
+              "magika": _magika_inputs, "nudenet": _nudenet_inputs, "whisper": _silero_inputs}
 
 
 # ---------------------------------------------------------------- command line

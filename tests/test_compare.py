@@ -1,6 +1,7 @@
 """Judging outputs (ortcompile.readback.compare): the fp32 tolerance exactly as verify compares today, and the
 fp16/quantized parity metrics. Outputs come from real runs: a model computed in fp32 and in fp16 on the CPU
-EP, and corpus models on the QNN EP's HTP simulator (fp16) against the CPU EP. No mocks."""
+EP, and corpus models (tests/corpus.py: pinned PyPI wheels) on the QNN EP's HTP simulator (fp16) against the CPU EP.
+No mocks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import corpus
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -19,7 +21,6 @@ from ortcompile.errors import UsageError
 from ortcompile.readback.compare import Criterion, OutputComparison, compare_output, criterion_for
 from ortcompile.readback.feeds import make_feeds, read_hints, specs_from_session
 
-CORPUS = Path("/tmp/corpus")
 VERIFY_OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok"}  # tests/test_verify.py
 FP32, FP16, FP16_CHECK = criterion_for("fp32"), criterion_for("fp16"), criterion_for("fp16", "check")
 
@@ -255,8 +256,6 @@ def test_overrides_tighten_and_bad_settings_are_usage_errors() -> None:
 
 # ---------------------------------------------------------------- real models on the QNN EP (fp16 HTP simulator)
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="no real-model corpus in /tmp/corpus (the corpus fetcher provides it)")
-
 
 def qnn(model: bytes | str) -> ort.InferenceSession:
     """The QNN EP with an explicit soc_model (the default target fails real models: issue 10), no CPU fallback."""
@@ -281,16 +280,14 @@ def corrupt_largest_weight(path: Path) -> bytes:
     return model.SerializeToString()
 
 
-@needs_corpus
-@pytest.mark.parametrize("model", ["silero_vad/silero_vad_openvino_16k.onnx", "ddddocr/common_det.onnx"])
-def test_corpus_model_on_qnn_passes_parity_and_a_corrupted_one_fails(model: str) -> None:
+@pytest.mark.corpus
+@pytest.mark.parametrize("model_id", ["silero/silero_vad_openvino_16k", "ddddocr/common_det"])
+def test_corpus_model_on_qnn_passes_parity_and_a_corrupted_one_fails(model_id: str) -> None:
     """Measured: VAD state SNR 47 dB, YOLO-style detector 45.7 dB (max abs diff 0.027), both failing the fp32
     tolerance. With half the values of the largest weight damaged both fall below verify's 20 dB. (Milder damage —
     every 7th value — left the detector at 25.0 dB, inside the fp16 noise of other correct models (26.2 dB): no
     fp16 criterion can tell it from rounding; the manifest's sha256 catches damaged files, not the outputs.)"""
-    path = CORPUS / model
-    if not path.is_file():
-        pytest.skip(f"{model} not in the corpus")
+    path = corpus.require_model(model_id).path  # a missing corpus fails under CI, never skips
     session = qnn(str(path))
     feeds = make_feeds(specs_from_session(session), seed=0, hints=read_hints(path)).arrays
     names = [o.name for o in session.get_outputs()]

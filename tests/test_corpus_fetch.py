@@ -47,8 +47,8 @@ def silero_cache(tmp_path: Path) -> Path:
 
 def test_corpus_is_complete_and_matches_its_pins() -> None:
     models = corpus.require_corpus()
-    assert len(models) == 13
-    assert len({m.id for m in models}) == 13
+    assert len(models) == 16
+    assert len({m.id for m in models}) == 16
     assert {m.package for m in models} == {w.requirement for w in corpus.WHEELS.values()}
     for wheel in corpus.WHEELS.values():
         with zipfile.ZipFile(corpus.cache_dir() / "wheels" / wheel.filename) as archive:
@@ -110,7 +110,7 @@ def test_second_fetch_downloads_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     report = corpus.fetch()
     elapsed = time.monotonic() - start
     assert report.downloaded == [] and report.extracted == []
-    assert len(report.models) == 13
+    assert len(report.models) == 16
     # measured 0.3 s (sha256 of 179 MB of models); the bound allows a loaded CI machine, not a download
     assert elapsed < 10, f"second fetch took {elapsed:.1f}s"
 

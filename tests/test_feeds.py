@@ -1,11 +1,12 @@
 """Inputs for real runs (ortcompile.readback.feeds/hints/given): models built with onnx.helper and run on the
-real CPU EP, plus the real-model corpus under /tmp/corpus where it exists. No mocks: a feed is right when
+real CPU EP, plus the real-model corpus (tests/corpus.py: pinned PyPI wheels; CI fails when it is missing). No mocks: a feed is right when
 onnxruntime runs the model on it and the values are what the graph needs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import corpus
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -28,7 +29,6 @@ from ortcompile.readback.feeds import (
     unknown_dims,
 )
 
-CORPUS = Path("/tmp/corpus")
 IR_VERSION = 10  # onnx 1.23 writes IR 14 by default; onnxruntime 1.31 reads up to 13
 
 
@@ -295,28 +295,21 @@ def test_dtype_conversions_keep_values_or_refuse() -> None:
 
 # ---------------------------------------------------------------- the real-model corpus
 
-needs_corpus = pytest.mark.skipif(not CORPUS.is_dir(), reason="no real-model corpus in /tmp/corpus (the corpus fetcher provides it)")
-
-
-@needs_corpus
-@pytest.mark.parametrize("model", sorted(str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*.onnx")) if CORPUS.is_dir() else [])
-def test_corpus_models_run_on_generated_inputs(model: str) -> None:
+@pytest.mark.corpus
+@pytest.mark.parametrize("model_id", [m.id for m in corpus.models()])
+def test_corpus_models_run_on_generated_inputs(model_id: str) -> None:
     """Every corpus model runs on the CPU EP with generated feeds; the one whose batch is unnamed in two inputs
     (silero_vad.onnx: input[None, None], state[2, None, 128]) runs once that dim is given by NAME[AXIS]."""
-    path = CORPUS / model
+    path = corpus.require_model(model_id).path
     dims = {"state[1]": 1} if path.name == "silero_vad.onnx" else {}
     feeds = feeds_for(path, seed=0, dims=dims)
     outputs = cpu(path).run(None, feeds.arrays)
     assert all(np.isfinite(o).all() for o in outputs if o.dtype.kind == "f")
 
 
-@needs_corpus
+@pytest.mark.corpus
 def test_corpus_token_inputs_index_their_tables_and_the_vad_gets_its_sample_rate() -> None:
-    rxnmap = CORPUS / "chython_rxnmap" / "rxnmap.onnx"
-    if not rxnmap.is_file():
-        pytest.skip("rxnmap.onnx not in the corpus")
-    hints = read_hints(rxnmap)
+    hints = read_hints(corpus.require_model("rxnmap/rxnmap").path)
     assert {name: hint.high for name, hint in hints.items()} == {"atoms": 121, "neighbors": 17, "distances": 13, "roles": 4}
-    for vad in ["silero_vad.onnx", "silero_vad_op18_ifless.onnx"]:  # Equal directly, and through Reshape + Gather
-        if (CORPUS / "silero_vad" / vad).is_file():
-            assert read_hints(CORPUS / "silero_vad" / vad)["sr"].value == 16000
+    for vad in ["silero/silero_vad", "silero/silero_vad_op18_ifless"]:  # Equal directly, and through Reshape + Gather
+        assert read_hints(corpus.require_model(vad).path)["sr"].value == 16000

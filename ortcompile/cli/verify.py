@@ -41,6 +41,9 @@ def command(compiled: str, reference: str, ep: str | None, seed: int, runs: int,
                           inputs=given_inputs(input_args, inputs_file), time_source=time_source, precision=precision,
                           **criterion_settings(criterion))
     report = result.to_json()
-    out.result(report, verify_text(report))
+    lines = verify_text(report)
+    if out.verbose:  # the node-by-node table of a localized divergence, before the result line
+        lines[-1:-1] = result.divergence_lines()
+    out.result(report, lines)
     if not result.ok:
         raise result.exception()

@@ -36,7 +36,7 @@ from ortcompile.plan.planner import CompilePlan
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.lint import Finding, lint_model
-from ortcompile.readback.nextsteps import next_steps
+from ortcompile.readback.nextsteps import next_steps, placement_step
 from ortcompile.worker import Workers
 
 if TYPE_CHECKING:
@@ -147,12 +147,14 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
                 return job.result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
-                if report is None or not _outputs_differ(report):
+                if report is None or not report.outputs_differ:
                     raise
                 divergence = _localize(job, staging.path, workers, report)
                 state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
                 job.reporter.detail(f"check: {divergence.summary()}")
+                from ortcompile.readback.localize import divergence_table  # see LAZY_IMPORTS (--if-changed)
+
                 for line in divergence_table(divergence):
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
@@ -166,11 +168,6 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
     raise AssertionError("unreachable")
 
 
-def _outputs_differ(report: Any) -> bool:
-    """The check ran and compared, and outputs were outside the criterion (not: would not load, crashed)."""
-    return bool(report.runs) and any(not o.get("ok", True) for o in report.outputs)
-
-
 def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: Any) -> Divergence:
     """The diagnostic run in the worker child, on the graph the EP compiled, with this round's pins."""
 
@@ -182,7 +179,7 @@ def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: An
     from ortcompile.readback.localize import LocalizeRequest, localize_in_child  # see LAZY_IMPORTS (--if-changed)
 
     request = LocalizeRequest(model, plan.source.path.absolute(), job.request, Criterion(**report.criterion), dims, seed,
-                              given_inputs(plan.options.freeze, plan.options.inputs))
+                              given_inputs(plan.options.freeze, plan.options.inputs), report.failed_set)
     try:
         return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {plan.source.path.name}")
     except Exception as exc:  # only a diagnosis: never hide the check's own verdict
@@ -221,27 +218,11 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     elif job.plan.options.fallback == "auto":
         tried = ", ".join(state.pins.op_types) or "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
-    elif nodes:
-        pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
-        step = f"--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}"
     else:
-        step = "--fallback auto to try moving the fp16-fragile nodes to the CPU EP"
+        step = placement_step(nodes)
     report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
     failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
     purpose = "verify" if isinstance(exc, VerificationFailed) else "check"  # --verify's verdict: --check load would not help
     error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step, can_pin=can_pin)}", detail=exc.detail)
     error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error
-
-
-def divergence_table(divergence: Divergence, limit: int = 40) -> list[str]:
-    """-v: node by node, where it ran and how far its output is from the CPU EP's (failing ones and their neighbours)."""
-
-    from ortcompile.readback.localize import describe_error  # see LAZY_IMPORTS (--if-changed)
-
-    rows = divergence.rows
-    lines = [f"  {'ok' if r['ok'] else 'DIFF':4} {r['node']} ({r['op_type']}, {r['ep'].removesuffix('ExecutionProvider')}): {describe_error(r)}"
-             for r in rows[:limit]]
-    if len(rows) > limit:
-        lines.append(f"  ... {len(rows) - limit} more in --json")
-    return lines

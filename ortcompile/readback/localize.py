@@ -2,7 +2,8 @@
 
 When the pre-publish check finds an output outside its criterion, a diagnostic copy of the graph the EP compiled
 (the prepared model), with every intermediate float tensor made a graph output, is run on the EP (compiled in the
-session, with the same CPU pins) and on the CPU EP, on the check's very inputs (same seeds, same given inputs).
+session, with the same CPU pins) and on the CPU EP, on the inputs of the set that failed (the same seed, edge set or
+sample, the same given inputs). `verify` does the same on the source it is given, when its comparison fails.
 Each node's outputs are judged by the check's criterion, in graph order; a node *diverges first* when one of its
 outputs fails while every tensor it reads passes (or is an input or a constant). Runs in the worker child.
 """
@@ -20,11 +21,11 @@ from ortcompile.eps.request import EpRequest
 from ortcompile.progress import Reporter
 from ortcompile.readback.compare import compare_output
 from ortcompile.readback.criteria import Criterion
-from ortcompile.readback.feeds import make_feeds, specs_from_session
+from ortcompile.readback.feeds import InputSpec, specs_from_session
 from ortcompile.readback.given import Given
-from ortcompile.readback.hints import read_hints
 from ortcompile.readback.lint import node_label
 from ortcompile.readback.placement import assigned_nodes
+from ortcompile.readback.setfeeds import set_feeds
 from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, run_session
 
 DIAGNOSTIC_SUFFIX = ".diagnostic.onnx"
@@ -42,6 +43,7 @@ class LocalizeRequest:
     dims: dict[str, int] = field(default_factory=dict)
     seed: int = 0
     given: dict[str, Given] = field(default_factory=dict)
+    input_set: str = ""  # the failing input set ("seed 0", "silence", "sample a.npz"): its inputs are the ones run
 
 
 @dataclass
@@ -54,11 +56,19 @@ class Divergence:
         """One line: the first diverging node(s), op types and the error measured."""
         if self.error:
             return f"could not localize the divergence: {self.error}"
+        if self.agrees:
+            return ("every node agrees on the EP with the CPU EP when the graph runs in a session: what differs is the "
+                    "compiled model, not how the EP computes this graph")
         if not self.first:
             return "no single node diverges beyond the criterion: the error builds up over many nodes"
         shown = ", ".join(f"{r['node']!r} ({r['op_type']} on {_short(r['ep'])}: {describe_error(r)})" for r in self.first[:3])
         more = f" and {len(self.first) - 3} more" if len(self.first) > 3 else ""
         return f"first diverging node{'s' if len(self.first) > 1 else ''}: {shown}{more}"
+
+    @property
+    def agrees(self) -> bool:
+        """Every node's outputs (the graph's outputs too) agree: the EP computes this graph right."""
+        return bool(self.rows) and all(r["ok"] for r in self.rows)
 
     def to_json(self) -> dict[str, Any]:
         return {"first": self.first, "rows": self.rows, "error": self.error}
@@ -82,13 +92,12 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
 
     reporter.stage(f"localizing the divergence in {request.model.name}")
     model = onnx.load_model(str(request.model), load_external_data=False)
-    producers = _expose_intermediates(model)
+    producers = _expose_intermediates(model, request.dims)
     diagnostic = request.model.with_name(request.model.name + DIAGNOSTIC_SUFFIX)
     onnx.save_model(model, str(diagnostic))  # beside the model: its external data resolves as the model's does
     try:
         cpu = open_session(diagnostic, None, request.dims, label="the diagnostic copy on the CPU EP")
-        specs, hints = specs_from_session(cpu.session), read_hints(request.source)
-        feeds = make_feeds(specs, seed=request.seed, dims=request.dims, given=request.given, hints=hints).arrays
+        feeds = _feeds_of_set(request, specs_from_session(cpu.session))
         want = run_session(cpu.session, feeds, "the diagnostic copy")
         del cpu
         gc.collect()
@@ -109,7 +118,7 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
             comparison = compare_output(tensor, got[tensor], want[tensor], request.criterion)
             ok = _agrees(comparison, request.criterion)
             row = {"node": node_label(node), "op_type": node.op_type, "ep": placed.get(node.name, ep.name), "tensor": tensor,
-                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": comparison.max_abs,
+                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": _finite(comparison.max_abs),
                    "nonfinite": comparison.nonfinite, "reason": comparison.reason,
                    "reads": [producers[i] for i in node.input if i in producers]}
             rows.append(row)
@@ -117,6 +126,22 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
                 failing.add(tensor)
     first = [r for r in rows if not r["ok"] and not any(t in failing for t in _inputs_of(model, r["tensor"]))]
     return Divergence(rows, _one_per_node(first))
+
+
+def _feeds_of_set(request: LocalizeRequest, specs: list[InputSpec]) -> dict[str, Any]:
+    """The inputs of the set that failed, made as the check and verify make them (else the first set's)."""
+    chosen = set_feeds(request.source, specs, (request.seed,), request.dims, request.given)
+    names = [s.name for s in chosen.sets]
+    return chosen.arrays[names.index(request.input_set)] if request.input_set in names else chosen.arrays[0]
+
+
+def divergence_table(divergence: Divergence, limit: int = 40) -> list[str]:
+    """-v: node by node, where it ran and how far its output is from the CPU EP's."""
+    rows = divergence.rows
+    lines = [f"  {'ok' if r['ok'] else 'DIFF':4} {r['node']} ({r['op_type']}, {_short(r['ep'])}): {describe_error(r)}" for r in rows[:limit]]
+    if len(rows) > limit:
+        lines.append(f"  ... {len(rows) - limit} more in --json")
+    return lines
 
 
 def _agrees(comparison: Any, criterion: Criterion) -> bool:
@@ -133,17 +158,21 @@ def _agrees(comparison: Any, criterion: Criterion) -> bool:
     return comparison.snr_db is None or comparison.snr_db >= floor
 
 
-def _expose_intermediates(model: Any) -> dict[str, str]:
+def _expose_intermediates(model: Any, dims: dict[str, int]) -> dict[str, str]:
     """Every float tensor a main-graph node computes becomes a graph output (types from shape inference, where
     known); returns tensor -> the label of the node producing it."""
     import onnx
     from onnx import helper
 
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-        types = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
-    except Exception:
-        types = {}
+    _pin_input_dims(model, dims)  # else inference invents dims of unknown size, and the size budget guesses them large
+    types: dict[str, Any] = {}
+    for data_prop in (True, False):  # data propagation carries a pinned dim through Shape -> Reshape (magika's batch)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
+            types = {v.name: v for v in (*inferred.graph.value_info, *inferred.graph.output)}
+            break
+        except Exception:
+            continue
     outputs = {o.name for o in model.graph.output}
     producers, exposed = {}, 0
     for node in model.graph.node:
@@ -154,18 +183,28 @@ def _expose_intermediates(model: Any) -> dict[str, str]:
             info = types.get(tensor)
             if tensor in outputs or info is None or info.type.tensor_type.elem_type not in _FLOAT_TYPES:
                 continue
-            exposed += _nbytes(info)
-            if exposed > EXPOSED_BYTES:  # the first divergence is what is looked for: the earliest tensors are kept
+            size = _nbytes(info, dims)
+            if exposed + size > EXPOSED_BYTES:  # the earliest tensors that fit are kept (one huge tensor skips only itself)
                 continue
+            exposed += size
             model.graph.output.append(helper.make_value_info(tensor, info.type))
             outputs.add(tensor)
     return producers
 
 
-def _nbytes(info: Any) -> int:
-    """An intermediate's size from its inferred shape (unknown dims count as 1024: a guess on the large side)."""
-    dims = [d.dim_value if d.HasField("dim_value") else 1024 for d in info.type.tensor_type.shape.dim]
-    return 4 * math.prod(dims)
+def _pin_input_dims(model: Any, dims: dict[str, int]) -> None:
+    """The symbolic dims of the graph's inputs at the values run (the session pins them the same way)."""
+    for graph_input in model.graph.input:
+        for dim in graph_input.type.tensor_type.shape.dim:
+            if dim.HasField("dim_param") and dim.dim_param in dims:
+                dim.dim_value = dims[dim.dim_param]
+
+
+def _nbytes(info: Any, dims: dict[str, int]) -> int:
+    """An intermediate's size from its inferred shape, symbolic dims at the values run (a source given to verify
+    keeps them); other unknown dims count as 1024, a guess on the large side."""
+    sizes = [d.dim_value if d.HasField("dim_value") else dims.get(d.dim_param, 1024) for d in info.type.tensor_type.shape.dim]
+    return 4 * math.prod(sizes)
 
 
 def _inputs_of(model: Any, tensor: str) -> list[str]:
@@ -186,4 +225,9 @@ def _one_per_node(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
+    return None if value is None or not math.isfinite(value) else round(value, 2)
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no inf/NaN (--json is strict): an infinite difference is reported as unknown (`nonfinite` counts it)."""
+    return None if value is None or not math.isfinite(value) else value

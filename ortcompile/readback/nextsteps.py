@@ -26,6 +26,15 @@ def next_steps(purpose: str, first: str | None = None, can_pin: bool = True) -> 
     return "next: " + "; ".join(steps)
 
 
+def placement_step(nodes: list[str], command: str = "") -> str:
+    """The step that keeps the diverging NODES off the EP: `--fallback auto`, or `--cpu-nodes` naming them
+    (COMMAND: "compile with " when the options belong to another command than the one that failed)."""
+    if not nodes:
+        return f"{command}--fallback auto to try moving the fp16-fragile nodes to the CPU EP"
+    pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
+    return f"{command}--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}"
+
+
 def runs_table(runs: list[dict[str, Any]]) -> list[str]:
     """-v: one line per input set and output, failures marked."""
     lines = []

@@ -86,6 +86,11 @@ class ParityReport:
     def outputs(self) -> list[dict[str, Any]]:
         return [o for run in self.runs for o in run["outputs"]]
 
+    @property
+    def outputs_differ(self) -> bool:
+        """The comparison ran and outputs were outside the criterion (not: would not load, crashed)."""
+        return bool(self.runs) and any(not o.get("ok", True) for o in self.outputs)
+
 
 def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
     """In the worker child: load (and run) the compiled model on its EP; compare with the source on the CPU EP."""

@@ -10,6 +10,10 @@ Outputs are judged by the criterion for the EP's precision (criteria.py): fp32 E
 decisive rows). Inputs are the user's (`--input`, `--inputs`) where given, else generated from what the
 source graph says (indices inside the tables they index, compared-with constants, masks); the report says
 which dims were guessed.
+
+When outputs differ, the divergence is localized as the pre-publish check does (localize.py), on the source given:
+its intermediates as outputs, on the EP and on the CPU EP, on the inputs of the failing set. The failure names the
+first diverging node and the compile options that keep it off the EP; the node-by-node table is in the JSON.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
+from ortcompile.readback.localize import Divergence, LocalizeRequest, divergence_table, localize_in_child
+from ortcompile.readback.nextsteps import next_steps, placement_step
 from ortcompile.readback.parity import ParityReport, ParityRequest, run_parity
 from ortcompile.run.load import recorded_ep_options
 from ortcompile.run.sessions import probe_load
@@ -49,6 +55,7 @@ class VerifyReport:
     parity: ParityReport | None = None
     structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
     reference_note: str = ""  # when the reference is not the source the manifest records: the outputs are compared anyway
+    divergence: Divergence | None = None  # where the outputs start to differ (when they do)
 
     @property
     def integrity_ok(self) -> bool:
@@ -67,7 +74,27 @@ class VerifyReport:
         if not self.integrity_ok:
             manifest_problems = self.integrity.problems if self.integrity.found else []  # no manifest is no failure
             return "integrity check failed: " + "; ".join(manifest_problems + self.structure_problems)
-        return self.parity.failure() if self.parity else "nothing was run"
+        if self.parity is None:
+            return "nothing was run"
+        if self.divergence is None:
+            return self.parity.failure()
+        return f"{self.parity.error}; {self.divergence.summary()}; {next_steps('verify', first=self._placement_step())}"
+
+    def divergence_lines(self) -> list[str]:
+        """-v: where the outputs start to differ, node by node (nothing when they do not)."""
+        if self.divergence is None:
+            return []
+        return [f"diverges   {self.divergence.summary()}", *divergence_table(self.divergence)]
+
+    def _placement_step(self) -> str | None:
+        """Recompiling with the diverging nodes on the CPU EP (None when nothing was localized: the generic steps)."""
+        assert self.divergence is not None
+        if self.divergence.error:
+            return None
+        if self.divergence.agrees:  # the source is computed right on the EP: the compiled file is what differs
+            return "compile it again from the source (the compiled graph or its context is not what the source compiles to)"
+        nodes = [r["node"] for r in self.divergence.first]
+        return placement_step(nodes, "compile with ")
 
     def exception(self) -> OrtCompileError:
         """The error for a failed verification: exit 5 when the model differs (files, outputs), exit 1 when a
@@ -98,6 +125,7 @@ class VerifyReport:
             "runs": self.runs,
             "input_sets": self.parity.sets if self.parity else [],
             "warning": self.parity.warning if self.parity else "",  # outputs not compared (random ops), said why
+            "divergence": self.divergence.to_json() if self.divergence else None,  # first diverging nodes, node by node
             "failure": "" if self.ok else self.failure(),
         }
 
@@ -113,6 +141,7 @@ def verify_model(
     inputs: dict[str, Given] | None = None,
     time_source: bool = True,
     precision: str | None = None,
+    localize: bool = True,
     **criterion_overrides: Any,
 ) -> VerifyReport:
     """Check integrity, then compare the compiled model on its EP with the source on the CPU EP.
@@ -120,7 +149,8 @@ def verify_model(
     `criterion`: how outputs are judged (default: the verify criterion for the EP's precision, with
     `criterion_overrides` such as rtol=..., min_snr_db=... applied; `precision` judges as an EP of that
     precision instead of the EP's own); `dims`: values of symbolic dims (default:
-    the compile's pins, then documented guesses); `inputs`: arrays or scalars for some inputs (readback.given).
+    the compile's pins, then documented guesses); `inputs`: arrays or scalars for some inputs (readback.given);
+    `localize`: when outputs differ, find the first diverging nodes of the source on the EP (one more EP compile).
     """
     compiled, reference = Path(compiled), Path(reference)
     problem = not_a_model_file(compiled)  # missing, a directory, a FIFO (which would block the read): one line
@@ -143,7 +173,7 @@ def verify_model(
         _require_loadable_shared_context(compiled, resolved, chosen)
     parity = ParityRequest(compiled.absolute(), reference.absolute(), request, "run", criterion, chosen,
                            tuple(seed + i for i in range(max(1, runs))), dict(inputs or {}), time_source)
-    report.parity = _run(parity, resolved)
+    report.parity, report.divergence = _run(parity, resolved, localize)
     return report
 
 
@@ -159,9 +189,20 @@ def _reference_note(reference: Path, manifest: Manifest | None) -> str:
             f"{recorded.size} bytes, sha256 {recorded.sha256[:12]}...); its outputs are the reference anyway")
 
 
-def _run(request: ParityRequest, resolved: eps.ResolvedEp) -> ParityReport:
+def _run(request: ParityRequest, resolved: eps.ResolvedEp, localize: bool) -> tuple[ParityReport, Divergence | None]:
     with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
-        return worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
+        parity = worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
+        # Only where the EP computes in another precision: CPU against CPU, or an fp32 tolerance, localizes nothing
+        if not (localize and parity.outputs_differ and request.criterion is not None and request.criterion.kind == "parity"
+                and resolved.name != eps.CPU_EP):
+            return parity, None
+        failed_run = next(run for run in parity.runs if any(not o.get("ok", True) for o in run["outputs"]))
+        where = LocalizeRequest(request.source, request.source, request.ep, request.criterion, dict(parity.dims), failed_run["seed"],
+                                request.given, parity.failed_set)
+        try:
+            return parity, worker.call(localize_in_child, where, doing=f"localizing the divergence in {request.source.name}")
+        except Exception as exc:  # only a diagnosis: never hide the comparison's own verdict
+            return parity, Divergence(error=str(getattr(exc, "message", exc)))
 
 
 def _precision(resolved: eps.ResolvedEp, source: SourceModel) -> str:
