@@ -48,6 +48,9 @@ def main() -> None:
     args = parser.parse_args()
     work = args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn"
     work.mkdir(parents=True, exist_ok=True)
+    # `python -m ortcompile` puts the working directory first on sys.path: run from a source tree, every method
+    # would import that tree's package whatever PYTHONPATH says (--also compared a tree with itself)
+    os.chdir(work)
     groups = max(1, round(args.gb * 1e9 / (3 * 256 * 2**20)))
     model = write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
     trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
