@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn"
+    work = (args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn").absolute()
     work.mkdir(parents=True, exist_ok=True)
     # `python -m ortcompile` puts the working directory first on sys.path: run from a source tree, every method
     # would import that tree's package whatever PYTHONPATH says (--also compared a tree with itself)
