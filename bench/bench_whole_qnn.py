@@ -8,7 +8,7 @@ Model: tests/bigmodel.py's MatMul/Add chain (3 x 256 MiB fp32 weights per QNN pa
 CPU between partitions). `raw` = bench_compile.RAW_SCRIPT (one ModelCompiler.compile_to_file, the default
 target's options, no fsync); `ortcompile` = `compile --ep qnn --check none --json` (prepare and fsync of
 every output included). Each run is a fresh process after `sync`; methods rotate every repetition. Prints
-each run, then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
+each run (wall and the tree's user + system CPU), then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import sys
@@ -45,8 +46,11 @@ def main() -> None:
     parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
-    work = args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn"
+    work = (args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn").absolute()
     work.mkdir(parents=True, exist_ok=True)
+    # `python -m ortcompile` puts the working directory first on sys.path: run from a source tree, every method
+    # would import that tree's package whatever PYTHONPATH says (--also compared a tree with itself)
+    os.chdir(work)
     groups = max(1, round(args.gb * 1e9 / (3 * 256 * 2**20)))
     model = write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
     trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
@@ -60,19 +64,26 @@ def main() -> None:
             out.mkdir()
             argv, env = command(method, trees, model.path, out)
             os.environ.update(env)
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             result = measure(argv)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            # user + system CPU of the run's whole tree (every waited-for descendant): steadier than wall on a loaded machine
+            result["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             os.environ.pop("PYTHONPATH", None)
             if result["rc"] == 0 and method != "raw":
                 result["prepare"] = json.loads(result["stdout"])["outputs"][0]["timings"].get("prepare")
             results[method].append(result)
-            print(f"  {method:22s} rc={result['rc']} wall {result['wall']:6.1f}s peak {result['peak_rss'] / GiB:5.2f} GiB"
+            print(f"  {method:22s} rc={result['rc']} wall {result['wall']:6.1f}s cpu {result['cpu']:6.1f}s peak {result['peak_rss'] / GiB:5.2f} GiB"
                   f"{'  prepare {:.1f}s'.format(result['prepare']) if result.get('prepare') is not None else ''}"
                   f"  load {os.getloadavg()[0]:.2f}{'  ' + result['stderr'] if result['rc'] else ''}", flush=True)
     raw = statistics.median(r["wall"] for r in results["raw"])
+    raw_cpu = statistics.median(r["cpu"] for r in results["raw"])
     for method in methods:
         walls = [r["wall"] for r in results[method]]
+        cpus = [r["cpu"] for r in results[method]]
         prepares = [r["prepare"] for r in results[method] if r.get("prepare") is not None]
         print(f"{method:22s} median {statistics.median(walls):6.1f}s ({' '.join(f'{w:.1f}' for w in walls)})  / raw {statistics.median(walls) / raw:.2f}"
+              f"  cpu median {statistics.median(cpus):.1f}s / raw {statistics.median(cpus) / raw_cpu:.2f}"
               f"  peak {max(r['peak_rss'] for r in results[method]) / GiB:.2f} GiB"
               f"{f'  prepare median {statistics.median(prepares):.1f}s' if prepares else ''}")
     shutil.rmtree(work, ignore_errors=True)

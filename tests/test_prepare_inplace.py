@@ -105,3 +105,22 @@ def test_a_model_whose_weights_the_optimizer_may_read_is_prepared_the_ordinary_w
     in_place, in_place_files = _prepare(source, tmp_path / "inplace", in_place=True)
     assert list(in_place_files) == [f"{in_place.name}.data"]
     assert _view(in_place, in_place_files) == _view(ordinary, ordinary_files)
+
+
+def test_prepare_for_qnn_keeps_the_matmul_add_pairs_qnn_compiles_faster(tmp_path: Path) -> None:
+    """ORT's MatMulAddFusion is left out for QNN (epfixes.py: QNN compiles a Gemm slower than the MatMul + Add it
+    replaces); folding is as before, and the in-place prepare is still the ordinary one with fewer bytes written."""
+    source = _patterns_model(tmp_path / "src" / "patterns.onnx")
+    paths = read_source(source).external_paths
+    _, generic, _ = prepare_model(source, Pins(named={"n": 256}), tmp_path / "generic", 1024, source_paths=paths)
+    qnn = {}
+    for name, in_place in (("ordinary", None), ("inplace", paths)):
+        prepared, summary, files = prepare_model(source, Pins(named={"n": 256}), tmp_path / name, 1024, ep_name="QNNExecutionProvider",
+                                                 source_paths=in_place)
+        qnn[name] = (_view(prepared, files), summary)
+    assert qnn["inplace"][0] == qnn["ordinary"][0]
+    summary = qnn["inplace"][1]
+    assert generic.added_ops == {"Gemm": 1} and generic.removed_ops["Add"] >= 1  # MatMul(x, W1) + Add(b) fused
+    assert "Gemm" not in summary.added_ops and summary.removed_ops.get("Add", 0) == generic.removed_ops["Add"] - 1
+    assert summary.removed_ops.get("MatMul", 0) == generic.removed_ops["MatMul"] - 1  # the other folds happened alike
+    assert summary.to_record()["disabled_optimizers"] == ["MatMulAddFusion"] and "disabled_optimizers" not in generic.to_record()

@@ -238,8 +238,9 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
         raise failed
     if report.warning:
         warnings.warn(f"{source.name}: {report.warning}", OrtCompileWarning, stacklevel=2)
-    reporter.detail(check.describe_ok(report))
-    return CheckOutcome(check.record(report, bool(given)), check.to_json(report), time.perf_counter() - clock, worker.peak_rss_bytes)
+    seconds = time.perf_counter() - clock
+    reporter.detail(check.describe_ok(report, seconds))
+    return CheckOutcome(check.record(report, bool(given)), check.to_json(report), seconds, worker.peak_rss_bytes)
 
 
 def _publish_order(builds: list[Built]) -> list[str]:

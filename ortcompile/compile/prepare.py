@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.compile.epfixes import FixReport, apply_ep_fixes
+from ortcompile.compile.epfixes import FixReport, apply_ep_fixes, disabled_optimizers
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.inplace import SetAside, merge, set_aside
 from ortcompile.eps.sessionopts import session_options
@@ -46,6 +46,7 @@ class PrepareSummary:
     frozen: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the model was specialized on
     inlined: list[str] = field(default_factory=list)  # the Ifs those decided, and the branch each took
     ep_fixes: FixReport = field(default_factory=FixReport)  # EP-aware rewrites (epfixes.py) and the options they add
+    disabled_optimizers: list[str] = field(default_factory=list)  # ORT optimizers left out for this EP (epfixes.py)
 
     def describe(self) -> str:
         removed = ", ".join(f"{op} -{n}" for op, n in sorted(self.removed_ops.items(), key=lambda kv: -kv[1])[:8])
@@ -57,6 +58,8 @@ class PrepareSummary:
     def to_record(self) -> dict[str, Any]:
         """For the manifest: what was done to the graph (deterministic: no times)."""
         record = {"pins": self.pins, "optimization": OPTIMIZATION, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after}
+        if self.disabled_optimizers:
+            record["disabled_optimizers"] = self.disabled_optimizers
         if self.frozen:
             record["frozen"] = self.frozen  # the compiled model computes what the source does for these values only
         if self.ep_fixes.to_record():
@@ -79,6 +82,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     inlined = freeze_inputs(model, frozen) if frozen else []
     out_dir.mkdir(parents=True, exist_ok=True)
     fixes = apply_ep_fixes(model, ep_name, out_dir, ep_options or {})
+    disabled = disabled_optimizers(ep_name)
     apply_pins(model, pins)
     _infer_shapes(model)
     prepared = out_dir / source.name
@@ -86,10 +90,11 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     aside = set_aside(model, source_paths or {}, out_dir, source.name, inline_threshold)
     optimized = None
     if aside is not None:
-        optimized = _optimize_in_place(model_bytes, model.SerializeToString(), aside, source, prepared, inline_threshold, pins, weight_bytes)
+        optimized = _optimize_in_place(model_bytes, model.SerializeToString(), aside, source, prepared, inline_threshold, pins, weight_bytes,
+                                       disabled)
     if optimized is None:
         aside = None
-        _optimize(model_bytes, source, prepared, f"{prepared.name}.data", inline_threshold, pins, weight_bytes)
+        _optimize(model_bytes, source, prepared, f"{prepared.name}.data", inline_threshold, pins, weight_bytes, disabled)
         optimized = onnx.load_model(str(prepared), load_external_data=False)
     if _prune_opsets(optimized) or aside is not None:
         onnx.save_model(optimized, str(prepared))  # the graph proto only: the weights stay in the .data files
@@ -99,7 +104,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     added.subtract(before)
     summary = PrepareSummary(pins.to_json(), sum(before.values()), sum(after.values()),
                              {op: n for op, n in removed.items() if n > 0}, {op: n for op, n in added.items() if n > 0},
-                             time.perf_counter() - clock, dict(frozen or {}), inlined, fixes)
+                             time.perf_counter() - clock, dict(frozen or {}), inlined, fixes, disabled)
     data_files = {f"{prepared.name}.data": prepared.with_name(f"{prepared.name}.data"), **(aside.source_files if aside else {})}
     return prepared, summary, data_files
 
@@ -120,7 +125,7 @@ def _infer_shapes(model: Any) -> None:
 
 
 def _optimize_in_place(model_bytes: bytes, aside_bytes: bytes, aside: SetAside, source: Path, prepared: Path, inline_threshold: int,
-                       pins: Pins, weight_bytes: int) -> Any | None:
+                       pins: Pins, weight_bytes: int, disabled: list[str]) -> Any | None:
     """The optimized graph with the set-aside weights never re-written (inplace.py); None: fall back to one
     ordinary run (the two runs disagreed, or the run without the weights failed)."""
     import onnx
@@ -130,12 +135,12 @@ def _optimize_in_place(model_bytes: bytes, aside_bytes: bytes, aside: SetAside, 
     discarded.unlink(missing_ok=True)
     discarded.symlink_to(os.devnull)  # the graph's own run: every byte it writes is thrown away, unread
     try:
-        _optimize(model_bytes, source, prepared, discarded.name, inline_threshold, pins, weight_bytes)
+        _optimize(model_bytes, source, prepared, discarded.name, inline_threshold, pins, weight_bytes, disabled)
     finally:
         discarded.unlink(missing_ok=True)
     full = onnx.load_model(str(prepared), load_external_data=False)
     try:
-        _optimize(aside_bytes, source, folded, f"{prepared.name}.data", inline_threshold, pins, weight_bytes)
+        _optimize(aside_bytes, source, folded, f"{prepared.name}.data", inline_threshold, pins, weight_bytes, disabled)
         merged = merge(full, onnx.load_model(str(folded), load_external_data=False), aside)
     except Exception:
         merged = False
@@ -148,15 +153,16 @@ def _optimize_in_place(model_bytes: bytes, aside_bytes: bytes, aside: SetAside, 
     return full
 
 
-def _optimize(model_bytes: bytes, source: Path, prepared: Path, data_name: str, inline_threshold: int, pins: Pins, weight_bytes: int) -> None:
+def _optimize(model_bytes: bytes, source: Path, prepared: Path, data_name: str, inline_threshold: int, pins: Pins, weight_bytes: int,
+              disabled: list[str]) -> None:
     options = _cpu_options(source, optimize=True)
     options.optimized_model_filepath = str(prepared)
     options.add_session_config_entry("session.optimized_model_external_initializers_file_name", data_name)
     options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", str(max(1, inline_threshold)))
     try:
-        _load(model_bytes, options)
+        _load(model_bytes, options, disabled)
     except Exception as exc:
-        raise _prepare_failed(exc, model_bytes, source, pins, prepared.parent, weight_bytes) from exc
+        raise _prepare_failed(exc, model_bytes, source, pins, prepared.parent, weight_bytes, disabled) from exc
 
 
 def _cpu_options(source: Path, optimize: bool) -> Any:
@@ -168,21 +174,22 @@ def _cpu_options(source: Path, optimize: bool) -> Any:
                            graph_optimization_level=level.ORT_ENABLE_BASIC if optimize else level.ORT_DISABLE_ALL)
 
 
-def _load(model: bytes | str, options: Any) -> None:
+def _load(model: bytes | str, options: Any, disabled: list[str] | None = None) -> None:
     import onnxruntime as ort
 
     with native_stdout_to_stderr(quiet_stderr=True):
-        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+        ort.InferenceSession(model, options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled or None)
 
 
-def _prepare_failed(exc: Exception, model_bytes: bytes, source: Path, pins: Pins, prepared_dir: Path, weight_bytes: int) -> Exception:
+def _prepare_failed(exc: Exception, model_bytes: bytes, source: Path, pins: Pins, prepared_dir: Path, weight_bytes: int,
+                    disabled: list[str]) -> Exception:
     """Which of three things went wrong: the model itself (exit 3), the pins (exit 1), or writing the result (exit 4)."""
     try:
         _load(str(source), _cpu_options(source, optimize=False))
     except Exception as load_error:
         return InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(load_error)}", detail=str(load_error))
     try:
-        _load(model_bytes, _cpu_options(source, optimize=True))  # the same optimization, nothing written
+        _load(model_bytes, _cpu_options(source, optimize=True), disabled)  # the same optimization, nothing written
     except Exception:
         import onnx
 

@@ -12,7 +12,8 @@ for audio, structured images, padded ids; realistic LLM inputs, llm.py), or on t
 compile never publishes what a default `verify` rejects. Random ops are removed or make the model
 unverifiable by comparison (randomops.py: it is published after the load and run, with a warning).
 With `--verify`, the check applies --verify's criterion options
-too (a check stricter than the --verify asked for would refuse what the user accepted).
+too (a check stricter than the --verify asked for would refuse what the user accepted). For a source under
+SMALL_SOURCE the reference's CPU run goes beside the EP's runs (reference.py); -v and `--json` show each part's time.
 """
 
 from __future__ import annotations
@@ -36,17 +37,24 @@ def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, pre
     """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them."""
     settings = dict(overrides or {})
     criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
+    small = source_bytes(source) < SMALL_SOURCE
+    # A small source's CPU reference runs beside the compiled model's runs (reference.py): both held at once is cheap
     return ParityRequest(model, source, ep, mode, criterion, dims, check_seeds(source), dict(given or {}), lean=True,
-                         publish_anyway=overrides is None)  # with --verify, --check load would not publish it either
+                         publish_anyway=overrides is None,  # with --verify, --check load would not publish it either
+                         concurrent_reference=small)
 
 
 def check_seeds(source: Path) -> tuple[int, ...]:
-    """(0, 1) for small models, (0,) for large ones (the model and its data files beside it, as far as known)."""
+    """(0, 1) for small models, (0,) for large ones."""
+    return (0, 1) if source_bytes(source) < SMALL_SOURCE else (0,)
+
+
+def source_bytes(source: Path) -> int:
+    """The model and its data files beside it, as far as known (SMALL_SOURCE when unreadable: treated as large)."""
     try:
-        size = source.stat().st_size + sum(p.stat().st_size for p in source.parent.glob(source.name + ".data*"))
+        return source.stat().st_size + sum(p.stat().st_size for p in source.parent.glob(source.name + ".data*"))
     except OSError:
-        size = SMALL_SOURCE
-    return (0, 1) if size < SMALL_SOURCE else (0,)
+        return SMALL_SOURCE
 
 
 def failure_detail(report: ParityReport) -> str | None:
@@ -76,15 +84,25 @@ def to_json(report: ParityReport) -> dict[str, Any]:
             "input_sets": report.sets, "warning": report.warning}
 
 
-def describe_ok(report: ParityReport) -> str:
-    """One line for -v after a passing check."""
-    seconds = sum(report.seconds.values())
+def describe_ok(report: ParityReport, total: float) -> str:
+    """One line for -v after a passing check; `total`: its wall seconds (the worker's call included)."""
+    seconds = f"{_seconds(report)}; {total:.2f}s"
     if report.mode == "load":
-        return f"check: loads on its EP ({seconds:.2f}s)"
+        return f"check: loads on its EP ({total:.2f}s)"
     if report.warning:
-        return f"check: loads and runs on its EP, outputs not compared ({seconds:.2f}s)"
+        return f"check: loads and runs on its EP, outputs not compared ({seconds})"
     snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
     quality = f", worst SNR {min(snrs):.1f} dB" if snrs else ""
     count = len(report.runs[0]["outputs"]) if report.runs else 0  # outputs of the model, not of every set
     sets = f" on {len(report.sets)} input sets" if len(report.sets) > 1 else ""
-    return f"check: loads, runs and agrees with the source on the CPU EP{sets} ({count} output{'s' if count != 1 else ''}{quality}; {seconds:.2f}s)"
+    return f"check: loads, runs and agrees with the source on the CPU EP{sets} ({count} output{'s' if count != 1 else ''}{quality}; {seconds})"
+
+
+def _seconds(report: ParityReport) -> str:
+    """Where the check's time went: "load 0.31s, run 9.80s, source on the CPU 0.52s beside the run"."""
+    parts = {"load": "compiled", "run": "run", "source on the EP": "source_on_ep"}
+    shown = [f"{label} {report.seconds[key]:.2f}s" for label, key in parts.items() if key in report.seconds]
+    source = report.seconds.get("source_on_cpu", 0.0) + report.seconds.get("source_run", 0.0)
+    if "source_on_cpu" in report.seconds:
+        shown.append(f"source on the CPU {source:.2f}s{' beside the run' if report.concurrent_reference else ''}")
+    return ", ".join(shown)

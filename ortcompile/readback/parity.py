@@ -3,7 +3,8 @@
 Shared by the pre-publish check (compile) and `verify`: it runs in the worker child, where an EP crash
 (a corrupted QNN blob loads, then segfaults on its first run) cannot take ortcompile down. One session at a
 time, each freed before the next, so a large model is never held twice; the outputs are compared in the
-child, so they are never copied back either.
+child, so they are never copied back either. Only a small source's CPU reference runs beside the compiled
+model's runs (reference.py; the pre-publish check asks for it).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ortcompile.readback.given import Given
 from ortcompile.readback.hints import freeze_suggestion
 from ortcompile.readback.nextsteps import next_steps
 from ortcompile.readback.placement import assigned_nodes, counts_by_ep, nodes_by_ep
+from ortcompile.readback.reference import SourceReference
 from ortcompile.readback.setfeeds import set_feeds
 from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
 from ortcompile.run.sessions import EXACT_INT8_CONFIG, LEAN_CONFIG, RECORD_ASSIGNMENT, open_session, run_session, session_options
@@ -51,6 +53,7 @@ class ParityRequest:
     lean: bool = False  # the pre-publish check: no weight prepacking (a session then maps the weights, copies none)
     edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, padded ids)
     publish_anyway: bool = True  # a refusal of the check may suggest --check load (not under --verify)
+    concurrent_reference: bool = False  # the source's CPU run beside the compiled model's (a small source: reference.py)
 
     @property
     def config(self) -> dict[str, str]:
@@ -78,6 +81,7 @@ class ParityReport:
     failed_set: str = ""  # the input set of the first failing output
     failed_output: str = ""
     seeds_of_sets: list[int] = field(default_factory=list)
+    concurrent_reference: bool = False  # the source's CPU run went beside the compiled model's
 
     def failure(self) -> str:
         return f"{self.error}; {self.hint}" if self.hint else self.error
@@ -97,11 +101,13 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
     report = ParityReport(request.mode)
     ep = request.ep.resolve()
     try:
-        outputs, feeds = _run_compiled(request, ep, report, reporter)
+        reference = SourceReference(request.source, request.dims, request.config, request.concurrent_reference)
+        report.concurrent_reference = request.concurrent_reference and request.mode == "run"
+        outputs, feeds = _run_compiled(request, ep, report, reporter, reference)
         if request.mode == "run":
             if request.time_source_on_ep and ep.name != CPU_EP:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
-            _compare_with_source(request, feeds, outputs, report)
+            _compare_with_source(request, feeds, outputs, report, reference)
             if not report.ok and report.failed_output and request.criterion is not None:
                 report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify", can_pin=ep.name in CPU_PINNING_EPS)
     except (InvalidModel, UsageError):
@@ -122,7 +128,8 @@ def _switch_hint(source: Path) -> str:
         return ""  # only a hint: never let it hide the real error
 
 
-def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter,
+                  reference: SourceReference) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
     label = f"the compiled {request.model.name}"
     try:
@@ -141,8 +148,9 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
     feeds = _feeds(request, timed.session, report)
     reporter.stage(f"running {request.model.name} on {ep.name}")
     clock = time.perf_counter()
-    outputs = [run_session(timed.session, f, label, ep) for f in feeds]
-    report.seconds["run"] = time.perf_counter() - clock
+    with reference.beside(feeds):
+        outputs = [run_session(timed.session, f, label, ep) for f in feeds]
+        report.seconds["run"] = time.perf_counter() - clock
     del timed
     gc.collect()
     return outputs, feeds
@@ -164,9 +172,10 @@ def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
     return seconds
 
 
-def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport) -> None:
+def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport,
+                         reference: SourceReference) -> None:
     assert request.criterion is not None
-    expected, report.seconds["source_on_cpu"] = reference_outputs(request.source, feeds, request.dims, request.config)
+    expected, report.seconds["source_on_cpu"], report.seconds["source_run"] = reference.outputs(feeds)
     report.criterion = request.criterion.to_json()
     if report.warning:  # random draws nobody can remove: the runs prove it runs; outputs cannot be compared
         return
@@ -192,11 +201,7 @@ def set_label(name: str) -> str:
 
 def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str, int], config: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
     """The source's outputs on the CPU EP for each feed, and the reference session's load time (then freed)."""
-    reference = open_session(source, None, dims, config=config, label=f"the source {source.name} on the CPU EP")
-    expected = [run_session(reference.session, f, f"the source {source.name}") for f in feeds]
-    seconds = reference.seconds
-    del reference
-    gc.collect()
+    expected, seconds, _ = SourceReference(source, dims, config, concurrent=False).outputs(feeds)
     return expected, seconds
 
 

@@ -84,11 +84,14 @@ def require_provider(session: Any, ep: ResolvedEp | None) -> None:
                             f"(ONNX Runtime fell back to {used}){hint}")
 
 
-def run_session(session: Any, feeds: Mapping[str, Any], label: str, ep: ResolvedEp | None = None) -> dict[str, Any]:
-    """All outputs by name; an EP failure at run time is a one-line CompilationFailed with the EP's message."""
+def run_session(session: Any, feeds: Mapping[str, Any], label: str, ep: ResolvedEp | None = None, *,
+                redirect_native: bool = True) -> dict[str, Any]:
+    """All outputs by name; an EP failure at run time is a one-line CompilationFailed with the EP's message.
+    `redirect_native=False`: the caller holds the redirect (another thread's, see readback/reference.py)."""
     names = [o.name for o in session.get_outputs()]
+    guard = native_stdout_to_stderr() if redirect_native else contextlib.nullcontext()
     try:
-        with native_stdout_to_stderr():
+        with guard:
             values = session.run(names, dict(feeds))
     except Exception as exc:
         who = f"the {ep.info.short_name} EP" if ep is not None and ep.name != CPU_EP else "ONNX Runtime"
