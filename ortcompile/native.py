@@ -9,6 +9,8 @@ import resource
 import sys
 from collections.abc import Iterator
 
+from ortcompile import ortmarkers
+
 _show_native_output = False  # set by set_ort_log_level: -v shows what native code prints
 _explicit_severity: int | None = None  # bench --ort-log-level
 _configured = False  # only the CLI (or a caller of set_ort_log_level) decides ORT's log level; a library user keeps theirs
@@ -139,19 +141,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-
-# Lines native libraries print on every run that say nothing about this model (measured with onnxruntime 1.31.1
-# and onnxruntime-qnn 2.7.0): shown under -v they bury what matters.
-BOILERPLATE = (
-    "File mapped weights feature is only available",
-    "EPContext encryption config unavailable",
-    "LIBNATIVE: No alternate configuration",
-    "Rerunning with verbose output on a non-minimal build",
-    "Some nodes were not assigned to the preferred execution providers",  # the placement report says which
-    "Unable to get producer node for OrtValueInfo",  # ORT 1.31 plugin-EP graph API, on every CPU node between partitions
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_ORT_LINE = re.compile(r"^\S+ \S+ \[(?P<severity>[VIWEF]):onnxruntime:[^,\]]*,? ?(?P<where>[^\]]*)\] (?P<message>.*)$")
 _SEVERITY = {"V": "verbose", "I": "info", "W": "warning", "E": "error", "F": "fatal"}
 
 
@@ -159,9 +149,9 @@ def clean_native_line(line: str) -> str | None:
     """One line of native output as -v shows it: no colour codes, no boilerplate (None), ORT's timestamped
     format as `onnxruntime warning (file.cc:123): message`."""
     text = _ANSI.sub("", line).strip()
-    if not text or any(marker in text for marker in BOILERPLATE):
+    if not text or ortmarkers.any_in(text, ortmarkers.BOILERPLATE):
         return None
-    match = _ORT_LINE.match(text)
+    match = ortmarkers.ORT_LOG_LINE.match(text)
     if match is None:
         return text
     where = match["where"].split()[0] if match["where"].strip() else ""

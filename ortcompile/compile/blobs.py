@@ -13,16 +13,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from ortcompile import ortmarkers
 from ortcompile.compile.datapass import WrittenFile
 from ortcompile.errors import CompilationFailed
 from ortcompile.paths import is_plain_name
 
-CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"
 READ_CHUNK = 16 << 20
 
 
 def callback_unsupported(exc: BaseException) -> bool:
-    return CALLBACK_UNSUPPORTED in str(exc)
+    return ortmarkers.CALLBACK_UNSUPPORTED in str(exc)
 
 
 class BlobSink:

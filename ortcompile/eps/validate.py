@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortcompile import errors, native
+from ortcompile import errors, native, ortmarkers
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.sessionopts import session_options
@@ -40,10 +40,7 @@ if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
     from ortcompile.eps.resolved import ResolvedEp
 
-_HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_REFUSAL = re.compile(r"invalid|not valid|unrecogni[sz]ed|malformed|failed|unsupported|not supported|cannot|can't|must |"
-                      r"only one of|not allowed|out of range|expect", re.IGNORECASE)
 _CACHE: dict[tuple, list[str]] = {}
 
 
@@ -61,7 +58,7 @@ class LogLine:
 
     @property
     def refuses(self) -> bool:
-        return self.severity in "EF" or bool(_REFUSAL.search(self.message))
+        return self.severity in "EF" or bool(ortmarkers.OPTION_REFUSAL.search(self.message))
 
 
 @dataclass
@@ -74,7 +71,7 @@ def parse_log(text: str) -> list[LogLine]:
     """ORT log records at warning and above; a record's continuation lines are joined to it."""
     records: list[LogLine] = []
     for raw in _ANSI.sub("", text).splitlines():
-        match = _HEADER.search(raw)
+        match = ortmarkers.ORT_LOG_RECORD.search(raw)
         if match:
             if match["sev"] in "WEF":
                 message = match["msg"].strip()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ortcompile import ortmarkers
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel
@@ -35,9 +35,6 @@ from ortcompile.run.load import model_ep
 from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, session_options
 from ortcompile.worker import fresh_worker
 
-_FAILED = "Validation FAILED"
-_OPERATOR = re.compile(r"Operator type: (?P<op>\S+) Node name: ?(?P<name>.*?) Node index: ")
-_REASON = re.compile(r"REASON ?: ?(?P<reason>.*\S)")
 _VERBOSE = 0  # ORT log severity at which EPs log their per-node decisions
 
 
@@ -161,11 +158,11 @@ def refusal_reasons(lines: Iterable[str]) -> list[dict[str, str]]:
     found: dict[tuple[str, str, str], dict[str, str]] = {}
     pending: list[tuple[str, str]] | None = None  # the operators of the block being read
     for line in lines:
-        if _FAILED in line:
+        if ortmarkers.QNN_NODES_REFUSED in line:
             pending = []
-        elif pending is not None and (operator := _OPERATOR.search(line)):
+        elif pending is not None and (operator := ortmarkers.QNN_REFUSED_OPERATOR.search(line)):
             pending.append((operator["op"], operator["name"].strip()))
-        elif pending is not None and (reason := _REASON.search(line)):
+        elif pending is not None and (reason := ortmarkers.QNN_REFUSAL_REASON.search(line)):
             for op, name in pending:
                 found.setdefault((op, name, reason["reason"]), {"op_type": op, "name": name, "reason": reason["reason"]})
             pending = None
@@ -212,5 +209,5 @@ def _lines(log: IO[bytes]) -> Iterator[str]:
 def _show_warnings(log: IO[bytes]) -> None:
     if native_output_shown():
         for line in _lines(log):
-            if "[W:" in line or "[E:" in line or "[F:" in line:
+            if ortmarkers.any_in(line, ortmarkers.WARNING_OR_WORSE):
                 sys.stderr.write(line)
