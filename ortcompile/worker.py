@@ -30,7 +30,7 @@ from multiprocessing.connection import Connection
 from typing import Any, NoReturn
 
 from ortcompile.errors import CompilationFailed, InternalError
-from ortcompile.native import NativeOutputFilter, reset_peak_rss, set_ort_log_level, vm_hwm_bytes
+from ortcompile.native import reset_peak_rss, route_child_output, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
 
 _PR_SET_PDEATHSIG = 1
@@ -326,7 +326,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     die_with_parent(parent_pid)
     mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    native_filter = _native_output_to_stderr(verbose)
+    native_filter = route_child_output(verbose)
     set_ort_log_level(verbose)
     import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
     import onnx  # noqa: F401
@@ -404,15 +404,6 @@ def die_with_parent(parent_pid: int) -> None:
         return  # not Linux: the parent's kill on exit still applies
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
-
-
-def _native_output_to_stderr(verbose: bool) -> Any:
-    """The child writes nothing to stdout (the parent's --json goes there): EP banners and ORT's log go to stderr,
-    cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to close before exiting."""
-    if verbose:
-        return NativeOutputFilter()
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    return None
 
 
 def _peak_rss() -> int:

@@ -26,7 +26,7 @@ from ortcompile import ortmarkers
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel
-from ortcompile.native import native_output_shown
+from ortcompile.native import DEVNULL, native_output_shown, redirected
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.onnxfacts import op_counts as graph_op_counts
 from ortcompile.plan.source import read_source
@@ -182,20 +182,9 @@ def _reasons_from_log(wanted: bool) -> Iterator[list[dict[str, str]]]:
     if not wanted:
         yield reasons
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
     with tempfile.TemporaryFile() as log:
-        saved = os.dup(1), os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 1)
-            os.dup2(log.fileno(), 2)
+        with redirected(stdout=DEVNULL, stderr=log.fileno()):
             yield reasons
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in (*saved, devnull):
-                os.close(fd)
         reasons.extend(refusal_reasons(_lines(log)))
         _show_warnings(log)
 
