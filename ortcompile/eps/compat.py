@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import native
+from ortcompile.child import answer_parent, run_child
 from ortcompile.eps.discovery import lookup
 from ortcompile.eps.registry import devices_of, register
 from ortcompile.eps.targets import QNN_TARGETS, describe_device
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
 from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
-from ortcompile.worker import answer_parent, run_child
 
 METADATA_PREFIX = "ep_compatibility_info."
 VERDICTS = {

@@ -12,7 +12,7 @@ A probe that fails because a library is missing (OpenVINO's NPU compiler, for a 
 becomes ComponentMissing (exit 1) before anything is written.
 
 The same child loads a plugin library given by path before any ortcompile process does (`probe_library`).
-Both die with their parent (compile/worker.die_with_parent).
+Both die with their parent (child.die_with_parent).
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ortcompile import errors, native, ortmarkers
+from ortcompile.child import run_child
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
 from ortcompile.onnxfacts import tiny_static_model
-from ortcompile.worker import run_child
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo

@@ -19,11 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps, ortmarkers
+from ortcompile.child import answer_parent, run_child
 from ortcompile.eps import CPU_EP, ResolvedEp
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
 from ortcompile.native import native_stdout_to_stderr
-from ortcompile.worker import answer_parent, run_child
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
