@@ -27,16 +27,25 @@ def _key() -> str:
     return hashlib.sha256(recipe.encode()).hexdigest()[:12]
 
 
-def genai_builder_model(precision: str = "fp32") -> Path:
+# The builder's form for EPs without fused rotary (DML): RotaryEmbedding nodes fed by a position_ids input before an
+# unpacked GroupQueryAttention. The builder makes it for -e dml in fp16 only; these two switches make it in fp32 on the CPU.
+SEPARATE_ROTARY = ("import runpy, sys; import onnxruntime_genai.models; from builders.base import Model; "
+                   "Model.is_fused_rope_supported = lambda self: False; Model.is_packed_matmul_supported = lambda self: False; "
+                   "sys.argv[0] = 'builder'; runpy.run_module('onnxruntime_genai.models.builder', run_name='__main__')")
+
+
+def genai_builder_model(precision: str = "fp32", rotary: str = "fused") -> Path:
     """The builder's output folder (genai_config.json, model.onnx + .data, tokenizer files), built once per recipe.
-    `precision`: fp32, or int4 (MatMulNBits weights)."""
-    folder = CACHE / f"llama-2l-64-{precision}-{_key()}"
+    `precision`: fp32, or int4 (MatMulNBits weights). `rotary`: fused (inside GroupQueryAttention, the builder's CPU
+    default) or separate (RotaryEmbedding nodes and a position_ids input, SEPARATE_ROTARY)."""
+    folder = CACHE / f"llama-2l-64-{precision}{'' if rotary == 'fused' else '-' + rotary}-{_key()}"
     if (folder / "genai" / "genai_config.json").is_file():
         return folder / "genai"
     scratch = folder.with_name(f"{folder.name}.building-{os.getpid()}")
     shutil.rmtree(scratch, ignore_errors=True)
     _hf_folder(scratch / "hf")
-    subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(scratch / "hf"), "-o", str(scratch / "genai"),
+    builder = ["-m", "onnxruntime_genai.models.builder"] if rotary == "fused" else ["-c", SEPARATE_ROTARY]
+    subprocess.run([sys.executable, *builder, "-i", str(scratch / "hf"), "-o", str(scratch / "genai"),
                     "-p", precision, "-e", "cpu", "-c", str(scratch / "cache")], check=True, capture_output=True, timeout=600)
     try:
         scratch.rename(folder)

@@ -289,6 +289,8 @@ def test_next_steps_name_only_options_this_build_has(purpose: str) -> None:
     assert ("--check load" in text) == (purpose == "check")
     names = {f.name for f in fields(CompileOptions)}
     assert ("--cpu-nodes" in text) == ("cpu_nodes" in names) and ("--fallback" in text) == ("fallback" in names)
+    elsewhere = next_steps(purpose, can_pin=False)  # e.g. OpenVINO: it cannot keep nodes off it, --cpu-nodes would be refused
+    assert "--cpu-nodes" not in elsewhere and "--fallback" not in elsewhere and "--inputs DIR" in elsewhere
 
 
 def test_config_inputs_key_feeds_the_check_its_samples(tmp_path: Path) -> None:

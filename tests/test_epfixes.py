@@ -168,3 +168,46 @@ def test_op_affinity_only_for_the_htp_backend_and_never_over_the_users(tmp_path:
         _, report = _fixed(onnx.load(str(gqa(tmp_path / "gqa.onnx"))), tmp_path, options)
         assert bool(report.provider_options) is enabled, options
     assert json.loads((tmp_path / "op_affinity.json").read_text()) == {"op_type": {"GroupQueryAttention": "htp"}}
+
+
+def test_cpu_pins_merge_with_the_affinity_fix(tmp_path: Path) -> None:
+    """--cpu-nodes writes its own op_affinity file into the stage: the fix adds GroupQueryAttention to it (a pinned
+    op stays pinned, and the pin of GroupQueryAttention itself wins) instead of standing aside."""
+    from ortcompile.compile.epfixes import PINS_FILE, apply_ep_fixes
+
+    stage = tmp_path / "stage"
+    (stage / ".prepare").mkdir(parents=True)
+    pins = stage / PINS_FILE
+    for pinned, enabled in (({"MatMul": "cpu"}, {"GroupQueryAttention": "htp"}), ({"GroupQueryAttention": "cpu"}, {})):
+        pins.write_text(json.dumps({"op_type": pinned}))
+        report = apply_ep_fixes(onnx.load(str(gqa(tmp_path / "gqa.onnx"))), "QNNExecutionProvider", stage / ".prepare",
+                                {"op_affinity": str(pins)})
+        assert report.enabled == enabled
+        if enabled:
+            written = Path(report.provider_options["op_affinity"])
+            assert json.loads(written.read_text()) == {"op_type": {**pinned, **enabled}}
+
+
+def test_gqa_stays_on_the_npu_when_other_ops_are_pinned(tmp_path: Path) -> None:
+    """Before, --cpu-nodes' op_affinity file turned the GroupQueryAttention fix off: nothing was left for QNN."""
+    source = gqa(tmp_path / "gqa.onnx")
+    code, stderr, compiled = compile_qnn(source, tmp_path / "out", "--cpu-nodes", "op:MatMul", "--check", "load")
+    assert code == 0, stderr
+    graph = onnx.load(str(compiled), load_external_data=False)
+    assert [n.op_type for n in graph.graph.node].count("MatMul") == 4 and len(epcontext_nodes(graph)) == 1
+    assert manifest(compiled)["prepare"]["ep_fixes"][0]["op_type"] == "GroupQueryAttention"
+    session = qnn_session(compiled)
+    feeds = gqa_feeds(5, 3)
+    for name, got, want in zip([o.name for o in session.get_outputs()], session.run(None, feeds), cpu_session(source).run(None, feeds)):
+        comparison = compare_output(name, got, want, FP16)
+        assert comparison.ok, comparison.reason
+
+
+def test_fragmentation_says_which_ops_were_pinned_and_which_refused() -> None:
+    from ortcompile.compile.fragmentation import Fragmentation
+
+    message = Fragmentation(3, {"Log": 1, "Mod": 1}).message("m.onnx", "qnn", "QNNExecutionProvider", True, frozenset({"Log"}))
+    assert "Log was pinned to the CPU (--cpu-nodes / --fallback)" in message
+    assert "qnn does not take Mod and ortcompile knows no rewrite for it" in message
+    only_pinned = Fragmentation(3, {"Log": 2}).message("m.onnx", "qnn", "QNNExecutionProvider", True, frozenset({"Log"}))
+    assert "does not take" not in only_pinned and "Log was pinned" in only_pinned

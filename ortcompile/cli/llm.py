@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import KeyValue, pairs
+from ortcompile.cli.params import KeyValue, PartitionSize, pairs
 
 
 @click.command("llm", short_help="Compile an onnxruntime-genai decoder folder into a prefill/decode package genai runs on the NPU.")
@@ -19,12 +19,14 @@ from ortcompile.cli.params import KeyValue, pairs
               help="Tokens the prefill graph takes at once (genai feeds the prompt in windows of this size).")
 @click.option("--share-weights/--no-share-weights", default=True, show_default=True,
               help="Store the weights once and share one EP context between the two graphs.")
+@click.option("--partition", type=PartitionSize(), default="auto", show_default=True,
+              help="Cut both graphs into pipeline stages of at most SIZE of weights (auto: only when one context would exceed the EP's limit).")
 @click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("soc_model=60"), help="Provider option for the compile (repeatable).")
 @click.option("--target", default=None, help="Device generation to compile for (see 'ortcompile eps --targets').")
 @click.option("--force", is_flag=True, help="Replace an earlier package in the output directory.")
 @click.option("--if-changed", is_flag=True, help="Do nothing if the package is current (same inputs, settings, versions); else rebuild it.")
 @output_options
-def command(folder: str, output_dir: str, context_length: int, prefill_length: int, share_weights: bool,
+def command(folder: str, output_dir: str, context_length: int, prefill_length: int, share_weights: bool, partition: int,
             ep_options: tuple[str, ...], target: str | None, force: bool, if_changed: bool) -> None:
     """Compile the decoder of FOLDER (genai_config.json + model.onnx) into a package in OUTPUT_DIR."""
     from ortcompile.llm import LlmOptions, compile_llm
@@ -33,7 +35,7 @@ def command(folder: str, output_dir: str, context_length: int, prefill_length: i
     out = current()
     set_ort_log_level(out.verbose)
     options = LlmOptions(context_length=context_length, prefill_length=prefill_length, share_weights=share_weights,
-                         ep_options=pairs(ep_options), target=target, force=force,
+                         partition=partition, ep_options=pairs(ep_options), target=target, force=force,
                          if_changed=if_changed)
     package = compile_llm(folder, output_dir, options, out.reporter())
     out.result(package.to_json(), _summary(package.to_json()))

@@ -6,6 +6,7 @@ from typing import Any
 
 import click
 
+from ortcompile.readback.criteria import PRECISIONS
 from ortcompile.sizes import parse_size
 
 
@@ -94,7 +95,7 @@ def criterion_options(func: Any) -> Any:
         ("--rtol", "rtol", "Relative tolerance, element by element."),
     ):
         func = click.option(flag, name, type=float, default=None, help=f"{text} [default: by the EP's precision, see docs/verify.md]")(func)
-    return click.option("--precision", type=click.Choice(["fp32", "fp16", "quantized"]), default=None,
+    return click.option("--precision", type=click.Choice(list(PRECISIONS)), default=None,
                         help="Judge as an EP of this precision [default: the EP's, quantized for QDQ models].")(func)
 
 

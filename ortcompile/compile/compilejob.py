@@ -168,8 +168,9 @@ class CompileJob:
             warnings.warn(f"{plan.source.path.name}: {plan.ep.info.short_name} compiled no nodes (--allow-partial): "
                           "the output runs entirely on the CPU EP", OrtCompileWarning, stacklevel=2)
         if plan.compiles:
+            pinned = frozenset(self.fallback.pins.op_types) if self.fallback is not None else frozenset()
             judge_fragmentation(step.graph_proto, plan.source.path.name, plan.ep.info.short_name, plan.ep.name, plan.options.prepare,
-                                plan.options.require_full)
+                                plan.options.require_full, pinned)
         if self.fallback is not None and self.fallback.pins:  # what now runs on the CPU EP, for the manifest's cpu_nodes
             self.fallback.placement = cpu_placement(staging_dir / plan.names.model)
         self.timings["graph_pass"] = time.perf_counter() - clock

@@ -24,6 +24,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.epfixes import PINS_FILE
+from ortcompile.eps.catalog import CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import UsageError
 from ortcompile.onnxfacts import EPCONTEXT
@@ -31,8 +33,7 @@ from ortcompile.readback.lint import node_label
 
 OP_PREFIX = "op:"
 AFFINITY_OPTION = "op_affinity"
-AFFINITY_FILE = ".cpu_nodes.json"  # in the staging directory: never published
-QNN = "QNNExecutionProvider"
+AFFINITY_FILE = PINS_FILE  # in the staging directory: never published; the prepare step's EP fixes merge into it
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def require_supported(ep_name: str, ep_options: dict[str, str], pins: CpuPins | 
     """Only QNN offers the control this needs; the CPU EP runs everything on the CPU anyway."""
     if not pins or ep_name in ("CPUExecutionProvider",):
         return
-    if ep_name != QNN:
+    if ep_name not in CPU_PINNING_EPS:
         raise UsageError(f"{what}: {ep_name} offers no way to keep nodes off it (only QNN's op_affinity does); drop {what}")
     if AFFINITY_OPTION in ep_options:
         raise UsageError(f"{what} writes QNN's op_affinity itself: drop --ep-option {AFFINITY_OPTION}=... or {what}")

@@ -24,6 +24,7 @@ from ortcompile.onnxfacts import attribute, iter_graphs
 MS_DOMAIN = "com.microsoft"
 AFFINITY_OPTION = "op_affinity"  # onnxruntime-qnn: the path of a JSON file {"op_type": {OP: BACKEND}}
 AFFINITY_FILE = "op_affinity.json"
+PINS_FILE = ".cpu_nodes.json"  # --cpu-nodes' own op_affinity file, in the staging directory (compile/cpunodes.py)
 
 # A decomposition returns the nodes replacing `node`, or None when this node's form has none (left as it is).
 Decomposition = Callable[[Any, set[str]], "list[Any] | None"]
@@ -70,12 +71,27 @@ def apply_ep_fixes(model: Any, ep_name: str, out_dir: Path, ep_options: dict[str
     if report.decomposed:
         _ensure_opsets(model)
     present = {node.op_type for site in iter_graphs(model) for node in site.graph.node}
-    wanted = {op: backend for op, backend in fixes.affinity.items() if op in present}
-    if wanted and AFFINITY_OPTION not in ep_options and _backend(ep_options) in fixes.affinity_backends:
+    pins = _own_pins(ep_options.get(AFFINITY_OPTION), out_dir)
+    if pins is None or _backend(ep_options) not in fixes.affinity_backends:
+        return report  # the user's own op_affinity file stands as given
+    wanted = {op: backend for op, backend in fixes.affinity.items() if op in present and op not in pins}
+    if wanted:
         path = out_dir / AFFINITY_FILE
-        path.write_text(json.dumps({"op_type": wanted}, sort_keys=True))
+        path.write_text(json.dumps({"op_type": {**pins, **wanted}}, sort_keys=True))
         report.enabled, report.provider_options = wanted, {AFFINITY_OPTION: str(path.absolute())}  # the worker chdirs
     return report
+
+
+def _own_pins(given: str | None, out_dir: Path) -> dict[str, str] | None:
+    """The op types already in the op_affinity file the EP is given: {} for none, the CPU pins when the file is
+    --cpu-nodes' own (in this compile's staging directory, beside `out_dir`: merged, so GroupQueryAttention stays
+    on the NPU while pinned ops leave it), None for a file the user gave (never rewritten)."""
+    if given is None:
+        return {}
+    path = Path(given)
+    if path.name != PINS_FILE or path.parent.absolute() != out_dir.parent.absolute():
+        return None
+    return dict(json.loads(path.read_text())["op_type"])
 
 
 def _backend(ep_options: dict[str, str]) -> str:

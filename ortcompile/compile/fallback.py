@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
-from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
 from ortcompile.options import CompileResult
@@ -215,7 +215,10 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r["node"] for r in divergence.first]
     if divergence.first and all(r["ep"] == CPU_EP for r in divergence.first):
         where += " (on the CPU EP already: what it reads comes wrong from the EP)"
-    if job.plan.options.fallback == "auto":
+    can_pin = job.plan.ep.name in CPU_PINNING_EPS
+    if not can_pin:
+        step = None  # this EP cannot keep nodes off it: --cpu-nodes / --fallback would be refused
+    elif job.plan.options.fallback == "auto":
         tried = ", ".join(state.pins.op_types) or "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     elif nodes:
@@ -226,7 +229,7 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
     failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
     purpose = "verify" if isinstance(exc, VerificationFailed) else "check"  # --verify's verdict: --check load would not help
-    error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step)}", detail=exc.detail)
+    error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step, can_pin=can_pin)}", detail=exc.detail)
     error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error
 

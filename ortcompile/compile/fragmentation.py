@@ -26,21 +26,30 @@ class Fragmentation:
     def fragmented(self) -> bool:
         return self.epcontext_nodes > 1 and bool(self.between)
 
-    def message(self, model: str, ep_short: str, ep_name: str, prepared: bool) -> str:
+    def message(self, model: str, ep_short: str, ep_name: str, prepared: bool, pinned: frozenset[str] = frozenset()) -> str:
+        """`pinned`: op types moved to the CPU on purpose (--cpu-nodes, --fallback auto), not refused by the EP."""
         ops = ", ".join(f"{op} x{n}" for op, n in sorted(self.between.items(), key=lambda kv: (-kv[1], kv[0])))
         total = sum(self.between.values())
-        unfixed = sorted(set(self.between) - fixable_ops(ep_name))
-        if not prepared:
-            fix = "drop --no-prepare: the prepare step rewrites the ops it knows for this EP"
-        elif unfixed:
-            them = "them" if len(unfixed) > 1 else "it"
-            fix = (f"{ep_short} does not take {', '.join(unfixed)} and ortcompile knows no rewrite for {them}: replace {them} in the "
-                   f"model with ops {ep_short} takes (-v lists the EP's reasons)")
-        else:
-            fix = "these ops have fixes that did not apply to this form (-v shows the prepare step's EP fixes)"
+        on_purpose = sorted(set(self.between) & pinned)
+        causes = [f"{', '.join(on_purpose)} {'were' if len(on_purpose) > 1 else 'was'} pinned to the CPU (--cpu-nodes / --fallback)"] if on_purpose else []
+        refused = set(self.between) - pinned
+        if refused:
+            causes.append(_refusal_fix(refused, ep_short, ep_name, prepared))
         return (f"{model}: the {ep_short} graph is fragmented: {self.epcontext_nodes} EPContext nodes with {total} CPU node"
-                f"{'s' if total != 1 else ''} between them ({ops}), a device round trip each per run; {fix}; "
+                f"{'s' if total != 1 else ''} between them ({ops}), a device round trip each per run; {'; '.join(causes)}; "
                 f"--require-full makes this an error")
+
+
+def _refusal_fix(refused: set[str], ep_short: str, ep_name: str, prepared: bool) -> str:
+    """What would bring the ops the EP refused onto it."""
+    unfixed = sorted(refused - fixable_ops(ep_name))
+    if not prepared:
+        return "drop --no-prepare: the prepare step rewrites the ops it knows for this EP"
+    if unfixed:
+        them = "them" if len(unfixed) > 1 else "it"
+        return (f"{ep_short} does not take {', '.join(unfixed)} and ortcompile knows no rewrite for {them}: replace {them} in the "
+                f"model with ops {ep_short} takes (-v lists the EP's reasons)")
+    return "these ops have fixes that did not apply to this form (-v shows the prepare step's EP fixes)"
 
 
 def fragmentation(model: Any) -> Fragmentation:
@@ -73,14 +82,15 @@ def _reach(starts: list[int], step: Any) -> set[int]:
     return seen
 
 
-def judge_fragmentation(graph_proto: bytes, model: str, ep_short: str, ep_name: str, prepared: bool, require_full: bool) -> None:
+def judge_fragmentation(graph_proto: bytes, model: str, ep_short: str, ep_name: str, prepared: bool, require_full: bool,
+                        pinned: frozenset[str] = frozenset()) -> None:
     """Warn when CPU nodes sit between the EP's partitions of a compiled graph; with `require_full`, fail instead."""
     import onnx  # loaded already: the graph pass parsed this proto
 
     found = fragmentation(onnx.ModelProto.FromString(graph_proto))
     if not found.fragmented:
         return
-    message = found.message(model, ep_short, ep_name, prepared)
+    message = found.message(model, ep_short, ep_name, prepared, pinned)
     if require_full:
         raise CompilationFailed(f"not published: {message.replace('; --require-full makes this an error', '')} (--require-full)")
     warnings.warn(message, OrtCompileWarning, stacklevel=3)

@@ -83,7 +83,7 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
         links = _link_source_files(source, out_dir, stem) if link_sources else None
         part_files: list[list[InputFile]] | None = None if links is not None else []
         for part, name in zip(plan.parts, names):
-            part_model = _part_model(model, part, types)
+            part_model = part_model_of(model, part, types)
             if links is not None:
                 _point_at(part_model, links)
                 write_new(out_dir / name, part_model.SerializeToString())
@@ -173,7 +173,8 @@ def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) ->
     return infos
 
 
-def _part_model(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
+def part_model_of(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
+    """One part as a standalone model: its nodes, the weights they read, its inputs and outputs typed from `types`."""
     import onnx
     from onnx import helper
 

@@ -144,6 +144,9 @@ KNOWN_EPS: dict[str, EpInfo] = {
 # 1.6e-3 on the fixtures (outputs up to 2.9): 5e-3 leaves ~3x headroom; order-1 errors (a wrong weight) still fail.
 PRECISION_TOLERANCE: dict[str, tuple[float, float]] = {"fp32": (1e-3, 1e-4), "fp16": (5e-3, 5e-3)}
 
+# EPs that can be told to keep nodes off them (QNN's op_affinity provider option): --cpu-nodes, --fallback auto.
+CPU_PINNING_EPS = frozenset({"QNNExecutionProvider"})
+
 # `--ep auto` tries these in order and takes the first that claims a device here.
 AUTO_ORDER = ("qnn", "openvino", "cpu")
 

@@ -18,6 +18,7 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,9 +26,10 @@ from typing import Any
 from ortcompile.compile.job import compile_models
 from ortcompile.compile.sharing import compile_shared
 from ortcompile.errors import OutputError, UsageError, output_error
-from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, carried_files, package_config, read_genai_folder
+from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, PipelineStage, carried_files, package_config, read_genai_folder
 from ortcompile.llm.incremental import build_record, why_not_current
 from ortcompile.llm.inputs import check_inputs
+from ortcompile.llm.parts import AUTO, part_budget, part_check_inputs, split_stages, weight_bytes
 from ortcompile.llm.surgery import rewrite_decoder
 from ortcompile.onnxfacts import external_locations
 from ortcompile.options import CompileOptions, CompileResult
@@ -52,12 +54,15 @@ class LlmOptions:
     force: bool = False
     if_changed: bool = False  # leave a current package as it is (and replace a stale one without --force)
     check: str = "run"  # before publishing: run each graph on decoder inputs (inputs.py) and compare with the source
+    partition: int | None = AUTO  # bytes of weights per part (parts.py); AUTO: parts only over the EP's limit; None: never
 
     def __post_init__(self) -> None:
         for name in ("context_length", "prefill_length"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise UsageError(f"{name.replace('_', '-')} must be a positive whole number, not {value!r}")
+        if self.partition is not None and (isinstance(self.partition, bool) or not isinstance(self.partition, int) or self.partition < 0):
+            raise UsageError(f"partition must be a size in bytes (0: auto) or None, not {self.partition!r}")
         if self.prefill_length > self.context_length:
             raise UsageError(f"--prefill-length {self.prefill_length} is longer than --context-length {self.context_length}")
 
@@ -65,14 +70,15 @@ class LlmOptions:
     def settings(self) -> dict[str, Any]:
         """What shapes the package (the manifest records it; --if-changed compares it)."""
         return {"context_length": self.context_length, "prefill_length": self.prefill_length, "share_weights": self.share_weights,
-                "ep": EP, "ep_options": dict(sorted(self.ep_options.items())), "target": self.target, "check": self.check}
+                "ep": EP, "ep_options": dict(sorted(self.ep_options.items())), "target": self.target, "check": self.check,
+                "partition": self.partition}
 
 
 @dataclass
 class LlmPackage:
     output_dir: Path
     files: list[dict[str, Any]]
-    graphs: dict[str, dict[str, Any]]  # context / iterator -> model, pins, epcontext_nodes, remaining_ops
+    graphs: dict[str, dict[str, Any]]  # context / iterator (context_N / iterator_N) -> model, pins, epcontext_nodes, remaining_ops
     up_to_date: bool = False
 
     def to_json(self) -> dict[str, Any]:
@@ -96,16 +102,38 @@ def compile_llm(folder: str | os.PathLike[str], output_dir: str | os.PathLike[st
     stage = out.absolute().parent / f"{STAGE_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
     try:
         stage.mkdir(parents=True)
-        graphs, pins = _compile_graphs(model, stage, options, reporter)
+        compiled = _compile_graphs(model, stage, options, _InPackage(reporter, stage, out))
         shutil.rmtree(stage / SOURCES)
-        _write_package(model, stage, graphs, options)
-        manifest = _write_manifest(stage, model, graphs, pins, record)
+        _write_package(model, stage, compiled, options)
+        manifest = _write_manifest(stage, model, compiled, record)
         _publish(stage, out)
     except OSError as exc:
         raise output_error(exc, f"the package {out}") from exc
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return LlmPackage(out, manifest["files"], manifest["graphs"])
+
+
+class _InPackage:
+    """The compiles write into the stage, which is gone when the user reads their lines: name the package instead."""
+
+    def __init__(self, inner: Reporter, stage: Path, package: Path) -> None:
+        self.inner, self.stage_dir, self.package = inner, str(stage), str(package)
+
+    def stage(self, name: str) -> None:
+        self.inner.stage(name.replace(self.stage_dir, self.package))
+
+    def detail(self, message: str) -> None:
+        self.inner.detail(message.replace(self.stage_dir, self.package))
+
+    def bytes_bar(self, description: str, total: int) -> Callable[[int], None]:
+        return self.inner.bytes_bar(description, total)
+
+    def tick(self) -> None:
+        self.inner.tick()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def _check_destination(out: Path, force: bool) -> None:
@@ -124,28 +152,55 @@ def stage_pins(dims: dict[str, str], model: GenaiModel, options: LlmOptions, sta
     return {dims[role]: value for role, value in values.items() if role in dims}
 
 
-def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporter: Reporter) -> tuple[dict[str, CompileResult], dict[str, dict[str, int]]]:
+Compiled = dict[str, tuple[CompileResult, dict[str, int]]]  # pipeline stage name -> its compile and its graph's pins
+
+
+def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporter: Reporter) -> Compiled:
+    """The prefill and decode graphs compiled into `stage`: whole, or as parts (parts.py) when a context would be over
+    the limit; keyed by pipeline stage, in pipeline order."""
     import onnx
 
 
     sources = stage / SOURCES
     sources.mkdir()
-    first = sources / GRAPH_FILES[PREFILL]
-    dims = rewrite_decoder(model, first)
-    shutil.copyfile(first, sources / GRAPH_FILES[DECODE])  # the same graph: only the pins differ
-    for location in external_locations(onnx.load_model(str(first), load_external_data=False)):
+    graphs = {s: sources / GRAPH_FILES[s] for s in (PREFILL, DECODE)}
+    dims = {s: rewrite_decoder(model, graphs[s], options.prefill_length if s == PREFILL else 1) for s in graphs}
+    for location in external_locations(onnx.load_model(str(graphs[PREFILL]), load_external_data=False)):
         _link_or_copy(model.folder / location, sources / location)
-    pins = {stage_name: stage_pins(dims, model, options, stage_name) for stage_name in (PREFILL, DECODE)}
-    per_model = {str(sources / GRAPH_FILES[s]): CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target,
-                                                               fix_dims=pins[s], force=True, share_weights=options.share_weights,
-                                                               **_check_settings(model, first, options, s))
-                 for s in (PREFILL, DECODE)}
-    models = list(per_model)
+    pins = {s: stage_pins(dims[s], model, options, s) for s in graphs}
+    budget = part_budget(options.partition, weight_bytes(graphs[PREFILL]))
+    if budget is None:
+        per_model = {str(graphs[s]): _compile_options(options, pins[s], _check_settings(model, graphs[s], options, s)) for s in graphs}
+        results = _compile(list(per_model), stage, per_model, options, reporter)
+        return {s: (r, pins[s]) for s, r in zip(graphs, results)}
+    reporter.stage(f"cutting the prefill and decode graphs into parts of at most {budget} bytes of weights")
+    parts = split_stages(graphs, pins, budget)
+    checks = {s: _part_checks(model, graphs[s], parts[s], options, s) for s in graphs}
+    compiled: Compiled = {}
+    for index, pair in enumerate(zip(parts[PREFILL], parts[DECODE])):
+        per_model = {str(p): _compile_options(options, {}, checks[s][index]) for s, p in zip(graphs, pair)}  # pins are in the parts
+        prefill, decode = _compile(list(per_model), stage, per_model, options, reporter)
+        compiled[f"{PREFILL}_{index}"], compiled[f"{DECODE}_{index}"] = (prefill, pins[PREFILL]), (decode, pins[DECODE])
+    return compiled
+
+
+def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: LlmOptions, stage: str) -> list[dict[str, Any]]:
+    """Each part's check: on the graph's decoder inputs and the hidden states the earlier parts make of them (parts.py)."""
+    settings = _check_settings(model, graph, options, stage)
+    if settings["check"] != "run":
+        return [settings for _ in parts]
+    return [{"check": "run", "inputs": inputs} for inputs in part_check_inputs(parts, settings["inputs"])]
+
+
+def _compile_options(options: LlmOptions, pins: dict[str, int], check: dict[str, Any]) -> CompileOptions:
+    return CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target, fix_dims=pins, force=True,
+                          share_weights=options.share_weights, **check)
+
+
+def _compile(models: list[str], stage: Path, per_model: dict[str, CompileOptions], options: LlmOptions, reporter: Reporter) -> list[CompileResult]:
     if options.share_weights:
-        results = compile_shared([Path(m) for m in models], stage, lambda m: per_model[str(m)], reporter)
-    else:
-        results = compile_models(models, stage, lambda m: per_model[str(m)], reporter)
-    return dict(zip((PREFILL, DECODE), results)), pins
+        return compile_shared([Path(m) for m in models], stage, lambda m: per_model[str(m)], reporter)
+    return compile_models(models, stage, lambda m: per_model[str(m)], reporter)
 
 
 def _check_settings(model: GenaiModel, graph: Path, options: LlmOptions, stage: str) -> dict[str, Any]:
@@ -170,29 +225,28 @@ def _link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
-def _write_package(model: GenaiModel, stage: Path, graphs: dict[str, CompileResult], options: LlmOptions) -> None:
+def _write_package(model: GenaiModel, stage: Path, compiled: Compiled, options: LlmOptions) -> None:
     import onnx
 
-    compiled = onnx.load_model(str(stage / graphs[PREFILL].model), load_external_data=False)
-    inputs = [i.name for i in compiled.graph.input]
-    outputs = [o.name for o in compiled.graph.output]
-    files = {s: graphs[s].model for s in (PREFILL, DECODE)}
-    config = package_config(model, files, options.context_length, options.prefill_length, {s: inputs for s in files}, outputs,
+    stages = []
+    for name, (result, _) in compiled.items():
+        graph = onnx.load_model(str(stage / result.model), load_external_data=False).graph
+        stages.append(PipelineStage(name, result.model, [i.name for i in graph.input], [o.name for o in graph.output], name.startswith(PREFILL)))
+    config = package_config(model, stages, options.context_length, options.prefill_length,
                             {"backend_type": "htp", **{k: v for k, v in options.ep_options.items() if k != "backend_path"}})
     (stage / CONFIG).write_text(json.dumps(config, indent=4) + "\n")
     for path in carried_files(model):
         shutil.copyfile(path, stage / path.name)
 
 
-def _write_manifest(stage: Path, model: GenaiModel, graphs: dict[str, CompileResult], pins: dict[str, dict[str, int]],
-                    record: dict[str, Any]) -> dict[str, Any]:
+def _write_manifest(stage: Path, model: GenaiModel, compiled: Compiled, record: dict[str, Any]) -> dict[str, Any]:
     files = []
     for path in sorted(p for p in stage.iterdir() if p.is_file()):
         written = hash_and_sync(path)
         files.append({"name": path.name, "size": written.size, "sha256": written.sha256})
     manifest = {"format": FORMAT, "source": model.folder.name, **record["settings"], "built_from": record,
-                "graphs": {s: {"model": graphs[s].model, "pins": pins[s], "epcontext_nodes": graphs[s].epcontext_nodes,
-                               "remaining_ops": graphs[s].remaining_ops} for s in graphs},
+                "graphs": {name: {"model": result.model, "pins": pins, "epcontext_nodes": result.epcontext_nodes,
+                                  "remaining_ops": result.remaining_ops} for name, (result, pins) in compiled.items()},
                 "files": files}
     (stage / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest

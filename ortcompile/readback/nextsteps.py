@@ -13,11 +13,12 @@ _PLACEMENT_OPTIONS = (("cpu_nodes", "--cpu-nodes NODES to keep the diverging nod
                       ("fallback", "--fallback auto to move diverging nodes to the CPU EP"))
 
 
-def next_steps(purpose: str, first: str | None = None) -> str:
+def next_steps(purpose: str, first: str | None = None, can_pin: bool = True) -> str:
     """One clause for the end of a refusal ("check") or a failed verify ("verify"). `first`: a step that names the
-    diverging nodes (compile/fallback.py, once it localized them), in place of the generic placement options."""
+    diverging nodes (compile/fallback.py, once it localized them), in place of the generic placement options;
+    `can_pin`: the EP can keep nodes off it (eps.catalog.CPU_PINNING_EPS), else those options are not offered."""
     fields = {f.name for f in dataclasses.fields(CompileOptions)}
-    steps = [first] if first else [text for name, text in _PLACEMENT_OPTIONS if name in fields]
+    steps = [first] if first else [text for name, text in _PLACEMENT_OPTIONS if name in fields and can_pin]
     steps.append("--inputs DIR to judge on realistic inputs (NAME.npy per input, or one .npz per sample)")
     if purpose == "check":
         steps.append("--check load to publish without comparing")

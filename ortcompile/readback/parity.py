@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ortcompile.eps.catalog import CPU_EP
+from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.ortmarkers import likely_cause
@@ -91,7 +91,7 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
             _compare_with_source(request, feeds, outputs, report)
             if not report.ok and report.failed_output and request.criterion is not None:
-                report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify")
+                report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify", can_pin=ep.name in CPU_PINNING_EPS)
     except (InvalidModel, UsageError):
         raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:

@@ -1,0 +1,90 @@
+"""`ortcompile llm --partition`: prefill and decode graphs cut into parts that each make one QNN context under the limit.
+
+genai's decoder pipeline runs several ONNX models in order and hands each one's outputs to the later ones that read
+them by name (src/models/decoder_only_pipeline.cpp), so a package can ship the parts as pipeline stages: context
+part 0..n on the prompt, iterator part 0..n on generated tokens. Unlike a stitched graph, each part is its own
+model, so `--share-weights` pairs context part k with iterator part k (the same weights) and no context holds more
+than a part's weights. The cut is the one `ortcompile split` makes (compile/partition.py), on each stage's graph
+with its pins in place; both stages are cut at the same nodes, so the two parts of a pair hold the same weights.
+The tensors between parts are the builder's contrib-op outputs, which ONNX shape inference does not type: ONNX
+Runtime's symbolic shape inference (which knows those ops) types them first.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ortcompile.compile.partition import PartitionPlan, plan_partition
+from ortcompile.compile.split import DEFAULT_CONTEXT_SIZE, part_model_of
+from ortcompile.errors import CompilationFailed
+from ortcompile.onnxfacts import stored_nbytes
+from ortcompile.plan.shapes import Pins, apply_pins
+from ortcompile.readback.given import Given
+
+AUTO = 0  # --partition auto: parts only when the weights would make a context over the EP's limit
+
+
+def part_budget(partition: int | None, weight_bytes: int) -> int | None:
+    """Bytes of weights per part, or None when the graphs compile whole (they fit in one part)."""
+    if partition is None:
+        return None
+    budget = partition or DEFAULT_CONTEXT_SIZE
+    return budget if weight_bytes > budget else None
+
+
+def weight_bytes(path: Path) -> int:
+    import onnx
+
+    return sum(stored_nbytes(t) or 0 for t in onnx.load_model(str(path), load_external_data=False).graph.initializer)
+
+
+def split_stages(graphs: dict[str, Path], pins: dict[str, dict[str, int]], budget: int) -> dict[str, list[Path]]:
+    """Each stage's graph (pins applied) cut into parts written beside it (`<stem>.partNN.onnx`, reading the same
+    data file); the same cut for every stage."""
+    import onnx
+
+    parts: dict[str, list[Path]] = {}
+    plans: dict[str, PartitionPlan] = {}
+    for stage, path in graphs.items():
+        model = onnx.load_model(str(path), load_external_data=False)
+        apply_pins(model, Pins(named=pins[stage]))
+        types = _typed(model)
+        plans[stage] = plan_partition(model, {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}, budget)
+        parts[stage] = []
+        for part in plans[stage].parts:
+            target = path.with_name(f"{path.stem}.part{part.index:02d}.onnx")
+            onnx.save_model(part_model_of(model, part, types), str(target))
+            parts[stage].append(target)
+    cuts = {stage: [(p.start, p.stop) for p in plan.parts] for stage, plan in plans.items()}
+    if len({tuple(c) for c in cuts.values()}) != 1:  # the pairs would hold different weights: nothing to share
+        raise CompilationFailed(f"cannot partition: the prefill and decode graphs were cut at different nodes ({cuts})")
+    return parts
+
+
+def part_check_inputs(parts: list[Path], given: dict[str, Given]) -> list[dict[str, Given]]:
+    """Each part's inputs for the pre-publish check: the graph's decoder inputs (inputs.py) it reads, and the hidden
+    states the earlier (uncompiled) parts compute from them on the CPU, as genai would hand them on."""
+    import onnxruntime as ort
+
+    values = {name: g.value for name, g in given.items()}
+    origin = next(iter(given.values())).origin
+    result = []
+    for path in parts:
+        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = [i.name for i in session.get_inputs()]
+        result.append({n: Given(values[n], origin if n in given else f"{origin}: computed by the earlier parts on the CPU") for n in names})
+        values.update(zip([o.name for o in session.get_outputs()], session.run(None, {n: values[n] for n in names})))
+    return result
+
+
+def _typed(model: Any) -> dict[str, Any]:
+    """Every tensor's type with the pins in place, contrib ops included (ONNX Runtime's symbolic shape inference)."""
+    from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+    try:
+        inferred = SymbolicShapeInference.infer_shapes(model, auto_merge=False, guess_output_rank=False)
+    except Exception as exc:
+        raise CompilationFailed(f"cannot partition: shape inference fails on the decoder ({type(exc).__name__}: {exc})") from exc
+    graph = inferred.graph
+    return {v.name: v for v in (*graph.value_info, *graph.input, *graph.output)}
