@@ -74,14 +74,14 @@ import os, sys
 from pathlib import Path
 off = set(sys.argv[1].split("+"))
 sys.argv = ["ortcompile", *sys.argv[2:]]
-import ortcompile.compile.job as compiler, ortcompile.compile.datapass as datapass, ortcompile.output.digest as manifest
+import ortcompile.compile.compilejob as compiler, ortcompile.compile.datapass as datapass, ortcompile.output.digest as manifest
 if "nodigest" in off:  # the input's sha256 (a thread that reads the whole source during the compile)
     def fake_digest(model, files):
         paths = [Path(model), *files]
         return manifest.InputDigest(tuple((p.name, 0, "0" * 64) for p in paths),
                                     tuple({"size": 0, "mtime_ns": 0, "ctime_ns": 0, "ino": 0, "dev": 0} for _ in paths), 0)
     names = [n for n in ("digest_inputs", "digest_inputs_in_background") if hasattr(compiler, n)]
-    assert names, "ortcompile.compile.job has no digest_inputs*: update the bench"
+    assert names, "ortcompile.compile.compilejob has no digest_inputs*: update the bench"
     for name in names:
         setattr(compiler, name, fake_digest)
 if "nohash" in off:  # sha256 of the files ortcompile writes (data pass and graph pass)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import errno
-import re
+
+from ortcompile import ortmarkers
 
 
 class OrtCompileError(Exception):
@@ -94,10 +95,6 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return shorten(text.splitlines()[0], limit) if text else type(exc).__name__
 
 
-_ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
-_SOURCE_LOCATION = re.compile(r"^\S+\.(?:cc|cpp|h|hpp):\d+\s+(?:\S+\s+)?(?=[A-Z\[])")
-
-
 def ort_reason(error: BaseException | str, limit: int = 400) -> str:
     """The root cause in an ONNX Runtime / EP error, on one line.
 
@@ -105,9 +102,9 @@ def ort_reason(error: BaseException | str, limit: int = 400) -> str:
     This is an invalid model. In Node, (...) , Error <cause>"); the full text stays available for -v.
     """
     text = " ".join(str(error).split())
-    text = _SOURCE_LOCATION.sub("", _ORT_STATUS.sub("", text))
-    if ", Error " in text:
-        text = text.rsplit(", Error ", 1)[1]
+    text = ortmarkers.SOURCE_LOCATION.sub("", ortmarkers.ORT_STATUS.sub("", text))
+    if ortmarkers.CAUSE_SEPARATOR in text:
+        text = text.rsplit(ortmarkers.CAUSE_SEPARATOR, 1)[1]
     return shorten(text or type(error).__name__, limit)
 
 

@@ -3,15 +3,45 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import re
 import resource
 import sys
 from collections.abc import Iterator
 
+from ortcompile import ortmarkers
+
 _show_native_output = False  # set by set_ort_log_level: -v shows what native code prints
 _explicit_severity: int | None = None  # bench --ort-log-level
 _configured = False  # only the CLI (or a caller of set_ort_log_level) decides ORT's log level; a library user keeps theirs
+
+
+DEVNULL = "devnull"  # a redirection target: /dev/null, opened for the redirection and closed after it
+Target = int | str | None  # an open file descriptor, DEVNULL, or None (left alone)
+
+
+@contextlib.contextmanager
+def redirected(stdout: Target = None, stderr: Target = None, fds: tuple[int, int] = (1, 2)) -> Iterator[None]:
+    """The one way ortcompile points file descriptors 1 and 2 elsewhere while native code runs (native libraries
+    write to them directly, past sys.stdout): stdout first, then stderr (so `stdout=2` is the stderr as it was),
+    both restored on exit. Python's own buffers are flushed before and after."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY) if DEVNULL in (stdout, stderr) else None
+    moves = [(fd, devnull if target == DEVNULL else target) for fd, target in zip(fds, (stdout, stderr)) if target is not None]
+    saved = [(fd, os.dup(fd)) for fd, _ in moves]
+    try:
+        for fd, target in moves:
+            os.dup2(target, fd)  # type: ignore[arg-type]
+        yield
+    finally:
+        sys.stdout.flush()
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+        if devnull is not None:
+            os.close(devnull)
 
 
 @contextlib.contextmanager
@@ -28,24 +58,29 @@ def native_stdout_to_stderr(quiet_stderr: bool = False) -> Iterator[None]:
     except (AttributeError, ValueError, OSError):  # captured streams (tests, notebooks): nothing to guard
         yield
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved_out = os.dup(stdout_fd)
-    saved_err = os.dup(stderr_fd) if quiet_stderr and not _show_native_output else None
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(stderr_fd if _show_native_output else devnull, stdout_fd)
-        if saved_err is not None:
-            os.dup2(devnull, stderr_fd)
+    with redirected(stderr_fd if _show_native_output else DEVNULL, DEVNULL if quiet_stderr and not _show_native_output else None,
+                    fds=(stdout_fd, stderr_fd)):
         yield
-    finally:
-        sys.stdout.flush()
-        os.dup2(saved_out, stdout_fd)
-        os.close(saved_out)
-        if saved_err is not None:
-            os.dup2(saved_err, stderr_fd)
-            os.close(saved_err)
-        os.close(devnull)
+
+
+@contextlib.contextmanager
+def captured_native_output() -> Iterator[io.StringIO]:
+    """File descriptor 2 (ONNX Runtime's log) into the yielded buffer while native code runs; fd 1 (SDK banners
+    printed with printf) is captured apart and dropped. Both are shown on stderr afterwards under -v."""
+    import tempfile  # stdlib, but not needed by the --if-changed path that imports this module
+
+    sink = io.StringIO()
+    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
+        try:
+            with redirected(out_file.fileno(), err_file.fileno()):
+                yield sink
+        finally:
+            err_file.seek(0)
+            sink.write(err_file.read().decode("utf-8", errors="replace"))
+            out_file.seek(0)
+            banners = out_file.read()
+        if _show_native_output:
+            os.write(2, banners + sink.getvalue().encode())
 
 
 def set_ort_log_level(verbose: bool, severity: int | None = None) -> None:
@@ -139,19 +174,7 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale
 
 
-
-# Lines native libraries print on every run that say nothing about this model (measured with onnxruntime 1.31.1
-# and onnxruntime-qnn 2.7.0): shown under -v they bury what matters.
-BOILERPLATE = (
-    "File mapped weights feature is only available",
-    "EPContext encryption config unavailable",
-    "LIBNATIVE: No alternate configuration",
-    "Rerunning with verbose output on a non-minimal build",
-    "Some nodes were not assigned to the preferred execution providers",  # the placement report says which
-    "Unable to get producer node for OrtValueInfo",  # ORT 1.31 plugin-EP graph API, on every CPU node between partitions
-)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_ORT_LINE = re.compile(r"^\S+ \S+ \[(?P<severity>[VIWEF]):onnxruntime:[^,\]]*,? ?(?P<where>[^\]]*)\] (?P<message>.*)$")
 _SEVERITY = {"V": "verbose", "I": "info", "W": "warning", "E": "error", "F": "fatal"}
 
 
@@ -159,9 +182,9 @@ def clean_native_line(line: str) -> str | None:
     """One line of native output as -v shows it: no colour codes, no boilerplate (None), ORT's timestamped
     format as `onnxruntime warning (file.cc:123): message`."""
     text = _ANSI.sub("", line).strip()
-    if not text or any(marker in text for marker in BOILERPLATE):
+    if not text or ortmarkers.any_in(text, ortmarkers.BOILERPLATE):
         return None
-    match = _ORT_LINE.match(text)
+    match = ortmarkers.ORT_LOG_LINE.match(text)
     if match is None:
         return text
     where = match["where"].split()[0] if match["where"].strip() else ""
@@ -198,6 +221,16 @@ class NativeOutputFilter:
         os.dup2(null, 1)
         os.dup2(null, 2)
         self._thread.join(timeout)
+
+
+def route_child_output(verbose: bool) -> NativeOutputFilter | None:
+    """For the worker child's whole life: it writes nothing to stdout (the parent's --json goes there): EP banners
+    and ORT's log go to stderr, cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to
+    close before exiting."""
+    if verbose:
+        return NativeOutputFilter()
+    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
+    return None
 
 
 def available_memory() -> int:

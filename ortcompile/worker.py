@@ -16,8 +16,6 @@ progress events (stages, bytes written) back for the parent's reporter to render
 from __future__ import annotations
 
 import atexit
-import ctypes
-import json
 import os
 import signal
 import subprocess
@@ -25,15 +23,14 @@ import sys
 import threading
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, NoReturn
+from typing import Any
 
+from ortcompile.child import die_with_parent, ended, launch, leave, stop
 from ortcompile.errors import CompilationFailed, InternalError
-from ortcompile.native import NativeOutputFilter, reset_peak_rss, set_ort_log_level, vm_hwm_bytes
+from ortcompile.native import reset_peak_rss, route_child_output, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
 
-_PR_SET_PDEATHSIG = 1
 _POLL_SECONDS = 0.1
 
 
@@ -70,13 +67,10 @@ class Worker:
         self.reporter = reporter or SilentReporter()
         self.verbose = verbose
         self.starter = threading.get_ident()  # the child dies when this *thread* ends (PR_SET_PDEATHSIG, _die_with_parent)
-        # A plain interpreter that imports only ortcompile: not multiprocessing's spawn, which re-runs the
-        # caller's __main__ in the child (an unguarded script, a notebook or `python -` would break).
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
-        command = [sys.executable, "-c", "from ortcompile.worker import main; main()",
-                   str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0"]
-        self._process = subprocess.Popen(command, pass_fds=(from_parent, to_parent), stdin=subprocess.DEVNULL, close_fds=True)
+        self._process = launch("ortcompile.worker:main", str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0",
+                               pass_fds=(from_parent, to_parent))
         os.close(from_parent)
         os.close(to_parent)
         self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))
@@ -126,10 +120,10 @@ class Worker:
             code = self._process.wait(2)
         except subprocess.TimeoutExpired:
             code = None
-        if code is not None and code < 0:
-            how = f"crashed ({signal.Signals(-code).name})"
-        elif code is None:
+        if code is None:
             how = "stopped answering"
+        elif code < 0:
+            how = f"crashed ({ended(code)})"
         else:
             how = f"exited with code {code}"
         return WorkerCrashed(f"{self.label} {how} while {doing}; nothing was published")
@@ -145,9 +139,7 @@ class Worker:
         self.kill()
 
     def kill(self) -> None:
-        if self._process.poll() is None:
-            self._process.kill()
-            self._process.wait()
+        stop(self._process)
         self._conn.close()
 
     @property
@@ -326,7 +318,7 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
     die_with_parent(parent_pid)
     mark_crash_contained()  # a library named by path loads here without a probe child of its own: a crash is reported
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
-    native_filter = _native_output_to_stderr(verbose)
+    native_filter = route_child_output(verbose)
     set_ort_log_level(verbose)
     import numpy  # noqa: F401  # what every call needs, loaded while the parent is still planning
     import onnx  # noqa: F401
@@ -350,69 +342,9 @@ def _serve(conn: _Duplex, parent_pid: int, verbose: bool) -> None:
         except Exception as exc:  # an unpicklable result or exception: say what it was
             error = InternalError(f"internal error: cannot hand back {type(exc).__name__}: {exc}")
             conn.send(("error", (error, traceback.format_exc()), _peak_rss()))
-    sys.stdout.flush()
-    sys.stderr.flush()
     if native_filter is not None:
-        native_filter.close()
-    os._exit(0)  # skip EP teardown: some plugins abort in their static destructors (see cli.run)
-
-
-@dataclass(frozen=True)
-class ChildRun:
-    """How a one-shot child ended: its answer (the last marked JSON line on stdout), or how it died without one."""
-
-    answer: dict[str, Any] | None
-    crash: str | None  # "SIGSEGV", "exit code 3", "no answer within 600 s"; None when it answered
-    stderr: str
-    returncode: int | None  # None: it was killed for the timeout
-
-    @property
-    def killed_by_signal(self) -> bool:
-        return self.returncode is not None and self.returncode < 0
-
-
-def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float) -> ChildRun:
-    """Run `main` ("package.module:function") in a fresh interpreter with `spec` as JSON in argv[1]: a crash in native
-    code there ends the child, never ortcompile. The child answers with `answer_parent(mark, ...)`."""
-    module, function = main.split(":")
-    code = f"from {module} import {function}; {function}()"
-    try:
-        child = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return ChildRun(None, f"no answer within {timeout:.0f} s", "", None)
-    answers = [line[len(mark):] for line in child.stdout.splitlines() if line.startswith(mark)]
-    if child.returncode != 0 or not answers:
-        how = signal.Signals(-child.returncode).name if child.returncode < 0 else f"exit code {child.returncode}"
-        return ChildRun(None, how, child.stderr, child.returncode)
-    return ChildRun(json.loads(answers[-1]), None, child.stderr, child.returncode)
-
-
-def answer_parent(mark: str, answer: dict[str, Any]) -> NoReturn:
-    """The child side of run_child: one marked JSON line on stdout, then leave without EP teardown (some plugins
-    abort in their static destructors)."""
-    sys.stdout.write(mark + json.dumps(answer) + "\n")
-    sys.stdout.flush()
-    os._exit(0)
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """A SIGKILLed parent must not leave an EP compiling into a staging directory nobody owns. Every child
-    ortcompile starts calls this first (the option and library probes of eps/validate.py too)."""
-    try:
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return  # not Linux: the parent's kill on exit still applies
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
-
-
-def _native_output_to_stderr(verbose: bool) -> Any:
-    """The child writes nothing to stdout (the parent's --json goes there): EP banners and ORT's log go to stderr,
-    cleaned of colour codes and boilerplate (-v), or nowhere. Returns the filter to close before exiting."""
-    if verbose:
-        return NativeOutputFilter()
-    os.dup2(os.open(os.devnull, os.O_WRONLY), 1)
-    return None
+        native_filter.close()  # flushes, then what is left in its pipe
+    leave()
 
 
 def _peak_rss() -> int:

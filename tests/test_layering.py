@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ortcompile"
 
 # Floors, lowest first: docs/design.md "Rooms and what each may import".
 FLOORS: list[set[str]] = [  # floor 0 first
-    {"errors", "naming", "paths", "trust", "sizes", "version", "progress", "native", "onnxfacts", "layout", "worker"},
+    {"errors", "naming", "paths", "trust", "sizes", "version", "progress", "native", "onnxfacts", "layout", "worker", "child", "ortmarkers",
+     "durable"},
     {"eps"},
     {"options", "configkeys", "optiontable"},
     {"output"},
@@ -30,7 +31,7 @@ FLOORS: list[set[str]] = [  # floor 0 first
 ]
 
 HELP = "--help: a command's module loads click and the cli only; what the command runs loads when it runs"
-IF_CHANGED = "--if-changed: compile/job.py imports this module; the import pulls in numpy or onnx, which the up-to-date path never needs"
+IF_CHANGED = "--if-changed: the import pulls in numpy or onnx, which the up-to-date path never needs and a compile's parent needs only here"
 LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("ortcompile.cli", "ortcompile.cli.bench"): "the commands register on the group once it exists (each imports cli.output)",
     ("ortcompile.cli", "ortcompile.cli.check"): "the commands register on the group once it exists (each imports cli.output)",
@@ -76,7 +77,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("ortcompile.compile.finish", "ortcompile.readback.verify"): IF_CHANGED,
     ("ortcompile.compile.fallback", "ortcompile.readback.localize"): IF_CHANGED + " (only a check that failed is localized)",
     ("ortcompile.config", "ortcompile.readback.given"): "--if-changed: numpy loads only when a config names the check's inputs",
-    ("ortcompile.compile.job", "ortcompile.compile.parts"): "--if-changed: split, stitch and the parts plan load only for --partition",
+    ("ortcompile.compile.job", "ortcompile.compile.compilejob"): "--if-changed: the compile pipeline loads only for an output that is not up to date",
     ("ortcompile.compile.ortstep", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
     ("ortcompile.compile.prepare", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
     ("ortcompile.compile.split", "ortcompile.readback.feeds"): "--if-changed: only the --input check of a --partition split needs numpy and onnx",

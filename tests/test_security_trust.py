@@ -356,7 +356,7 @@ def test_the_option_check_child_dies_with_a_sigkilled_parent(tmp_path: Path) -> 
     try:
         deadline, children = time.monotonic() + 120, []
         while not children and time.monotonic() < deadline and parent.poll() is None:
-            children = _children(parent.pid, "ortcompile.eps.probechild")  # (eps/validate.py starts it with worker.run_child)
+            children = _children(parent.pid, "ortcompile.eps.probechild")  # (eps/validate.py starts it with child.run_child)
             time.sleep(0.02)
         assert children, "the option check's child never started"
         time.sleep(0.3)  # the child is probing the EP

@@ -8,21 +8,21 @@ compile again without it, letting the EP write its blob files beside the staged 
 from __future__ import annotations
 
 import hashlib
-import os
 import threading
 from pathlib import Path
 from typing import Any
 
+from ortcompile import ortmarkers
 from ortcompile.compile.datapass import WrittenFile
+from ortcompile.durable import new_file
 from ortcompile.errors import CompilationFailed
 from ortcompile.paths import is_plain_name
 
-CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"
 READ_CHUNK = 16 << 20
 
 
 def callback_unsupported(exc: BaseException) -> bool:
-    return CALLBACK_UNSUPPORTED in str(exc)
+    return ortmarkers.CALLBACK_UNSUPPORTED in str(exc)
 
 
 class BlobSink:
@@ -46,11 +46,9 @@ class BlobSink:
             with self._lock:
                 self.blobs[name] = content
         else:
-            with open(self.directory / name, "xb") as out:
+            with new_file(self.directory / name) as out:
                 for chunk in chunks:
                     digest.update(chunk)
                     out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
         with self._lock:
             self.written[name] = WrittenFile(name, size, digest.hexdigest())

@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from ortcompile.durable import close_synced, new_fd
 from ortcompile.layout import DataLayout, Placement
 from ortcompile.naming import data_file_name
 from ortcompile.onnxfacts import element_count
@@ -37,7 +38,7 @@ class HashingFile:
         self.path = path
         self.name = path.name
         self.position = 0
-        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        self._fd = new_fd(path)
         self._hash = hashlib.sha256()
         self._pool = hasher_pool
         self._write_behind = WriteBehind(self._fd)  # the disk writes while we copy, not all at close()'s fsync
@@ -90,8 +91,7 @@ class HashingFile:
         return True
 
     def close(self) -> WrittenFile:
-        os.fsync(self._fd)
-        os.close(self._fd)
+        close_synced(self._fd)
         return WrittenFile(self.path.name, self.position, self._hash.hexdigest())
 
     def abandon(self) -> None:

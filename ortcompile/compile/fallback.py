@@ -47,7 +47,7 @@ FALLBACK_MODES = ("off", "auto")
 
 
 class CompileRound(Protocol):
-    """What the rounds need of the compile that drives them (compile/job.py's CompileJob): its plan, one build
+    """What the rounds need of the compile that drives them (compile/compilejob.py's CompileJob): its plan, one build
     into a stage, its result from what finish did, and the EP request to build with."""
 
     plan: CompilePlan

@@ -10,7 +10,6 @@ the result from that.
 from __future__ import annotations
 
 import collections
-import os
 import time
 import warnings
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
+from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
 from ortcompile.naming import OutputNames
 from ortcompile.output.digest import InputDigest, WrittenFile
@@ -251,10 +251,7 @@ def _publish_order(builds: list[Built]) -> list[str]:
 
 def write_staged(path: Path, content: bytes) -> None:
     try:
-        with open(path, "xb") as stream:
-            stream.write(content)
-            stream.flush()
-            os.fsync(stream.fileno())
+        write_new(path, content)
     except OSError as exc:
         raise output_error(exc, path.name) from exc
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile import ortmarkers
 from ortcompile.compile.blobs import BlobSink, callback_unsupported
 from ortcompile.compile.datapass import DataPass
 from ortcompile.eps import ResolvedEp, diagnose
@@ -24,8 +25,6 @@ from ortcompile.native import native_stdout_to_stderr
 from ortcompile.onnxfacts import tiny_static_model
 from ortcompile.paths import model_dir
 from ortcompile.plan.source import PROTOBUF_LIMIT
-
-NOTHING_COMPILED = "Unable to compile any nodes"
 
 
 class NothingCompiled(CompilationFailed):
@@ -208,10 +207,6 @@ def _run_interruptibly(work: Callable[[], None], guard: _CallbackGuard, in_proce
         raise outcome[0]
 
 
-# ORT status codes and messages that mean the input model itself is broken (exit 3), not the EP (exit 1).
-_INVALID_MODEL_MARKERS = (" : INVALID_GRAPH : ", " : INVALID_PROTOBUF : ", " : NO_SUCHFILE : ", "This is an invalid model", "Load model from")
-
-
 def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: ResolvedEp, source: Path) -> None:
     """Re-raise what really went wrong: our own callback's exception, or ORT's error as one line."""
     if callback_error is not None:
@@ -226,9 +221,9 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
     missing = diagnose.compile_failure_hint(ep.info, text)
     if missing is not None:  # a driver or device compiler library is not on this machine
         raise ComponentMissing(missing, detail=text) from exc
-    if NOTHING_COMPILED in text:
+    if ortmarkers.NOTHING_COMPILED in text:
         raise NothingCompiled(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
-    if any(marker in text for marker in _INVALID_MODEL_MARKERS) and not _cpu_can_load(source):
+    if ortmarkers.any_in(text, ortmarkers.INVALID_MODEL) and not _cpu_can_load(source):
         raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(text)}", detail=text) from exc
     # The model itself is fine (the CPU EP loads it): the EP failed while partitioning or compiling it.
     raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {ort_reason(text)}{_switch_hint(source)}", detail=text) from exc

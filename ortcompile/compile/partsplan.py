@@ -13,13 +13,13 @@ planned part), and the list of what split wrote (`split --force` removes only th
 from __future__ import annotations
 
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
+from ortcompile.durable import write_new
 from ortcompile.errors import InvalidModel, UsageError
 from ortcompile.layout import LayoutPolicy
 from ortcompile.naming import strip_onnx
@@ -108,10 +108,7 @@ class PartsPlan:
 
 
 def write_plan(path: Path, document: dict[str, Any]) -> None:
-    with open(path, "x") as stream:
-        stream.write(json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
-        stream.flush()
-        os.fsync(stream.fileno())
+    write_new(path, json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
 
 
 # ---------------------------------------------------------------- validation

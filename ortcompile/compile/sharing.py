@@ -21,11 +21,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ortcompile.compile.compilejob import SHARED_CONTEXT_UNLOADABLE, CompileJob
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.epstep import EpStep, EpStepOutput, run_ep_step, run_relayout
 from ortcompile.compile.finish import Built, finish
 from ortcompile.compile.graphpass import StagedNames
-from ortcompile.compile.job import SHARED_CONTEXT_UNLOADABLE, CompileJob
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shareddata import SharedDataPass
 from ortcompile.errors import UsageError, output_error

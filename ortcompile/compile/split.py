@@ -26,6 +26,7 @@ from ortcompile.compile.makefrag import fragment_name, make_fragment
 from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
+from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, InvalidModel, output_error
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
@@ -87,11 +88,11 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
             part_model = part_model_of(model, part, types)
             if links is not None:
                 _point_at(part_model, links)
-                _write_bytes(out_dir / name, part_model.SerializeToString())
+                write_new(out_dir / name, part_model.SerializeToString())
             else:
                 assert part_files is not None
                 part_files.append(_write_part(part_model, model_dir(source.path), out_dir, name, layout))
-        _write_bytes(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
+        write_new(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
         write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
                                                     "skeleton": skeleton_name(stem), "dims": pins.named,
                                                     "part_files": None if part_files is None else
@@ -212,15 +213,8 @@ def _write_part(model: Any, base: Path, out_dir: Path, name: str, layout: Layout
         data_pass.abandon()
         raise
     data = data_pass.finish()
-    _write_bytes(out_dir / name, graph)
+    write_new(out_dir / name, graph)
     return [InputFile(name, len(graph), hashlib.sha256(graph).hexdigest()), *(InputFile(f.name, f.size, f.sha256) for f in data)]
-
-
-def _write_bytes(path: Path, content: bytes) -> None:
-    with open(path, "xb") as stream:
-        stream.write(content)
-        stream.flush()
-        os.fsync(stream.fileno())
 
 
 def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], options: CompileOptions, stitch_output: str | None = None,
@@ -244,7 +238,7 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
             staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(planned, digest, out))
             result = SplitResult(out, staged.stem, staged.plan, staged.parts)
             fragment = make_fragment(out, result.stem, len(result.parts), args, stitch_output)
-            _write_bytes(staging.path / fragment_name(result.stem), fragment.encode())
+            write_new(staging.path / fragment_name(result.stem), fragment.encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
             inputs = [source.path, *source.external_files]
             stale = _previous_split(out, result.stem, files, inputs) if options.force else []

@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile import native
+from ortcompile.child import answer_parent, run_child
 from ortcompile.eps.discovery import lookup
 from ortcompile.eps.registry import devices_of, register
 from ortcompile.eps.targets import QNN_TARGETS, describe_device
-from ortcompile.eps.validate import captured_native_output
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
 from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
-from ortcompile.worker import answer_parent, run_child
 
 METADATA_PREFIX = "ep_compatibility_info."
 VERDICTS = {
@@ -166,7 +166,7 @@ def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibi
     if not devices:
         return EpCompatibility(ep_name, info, "not-supported", f"{ep_name} claims no device on this machine", decoded=decoded)
     try:
-        with captured_native_output():
+        with native.captured_native_output():
             result = binding.get_model_compatibility_for_ep_devices(devices, info)
     except Exception as exc:  # the EP cannot judge on these devices (QNN on x86_64: only NPU devices)
         return EpCompatibility(ep_name, info, "unknown", f"{ep_name} could not check: {first_line(exc)}", described, decoded)

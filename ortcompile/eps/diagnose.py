@@ -8,17 +8,14 @@ the CUDA driver is only asked for its version when it is really there.
 from __future__ import annotations
 
 import ctypes
-import re
 
+from ortcompile import ortmarkers
 from ortcompile.eps.catalog import MISSING_COMPONENTS, EpInfo
-
-_CANNOT_OPEN = re.compile(r"([A-Za-z0-9_.+-]+\.(?:so(?:\.\d+)*|dll|dylib))\"?\s*:\s*cannot open shared object file")
-_WIN_MISSING = re.compile(r"([A-Za-z0-9_.+-]+\.dll)\b.*(?:could not be found|not found)", re.IGNORECASE)
 
 
 def missing_libraries(text: str) -> list[str]:
     """Shared libraries an error text says could not be opened, in order, without duplicates."""
-    found = _CANNOT_OPEN.findall(text) + _WIN_MISSING.findall(text)
+    found = ortmarkers.CANNOT_OPEN_LIBRARY.findall(text) + ortmarkers.DLL_NOT_FOUND.findall(text)
     return list(dict.fromkeys(found))
 
 

@@ -8,11 +8,12 @@ import sys
 import warnings
 
 from ortcompile import native
+from ortcompile.child import answer_parent, die_with_parent
 from ortcompile.eps.discovery import library_info
 from ortcompile.eps.registry import devices_of, register, resolve
 from ortcompile.eps.validate import MARK, check_options
 from ortcompile.errors import OrtCompileError
-from ortcompile.worker import answer_parent, die_with_parent, mark_crash_contained
+from ortcompile.worker import mark_crash_contained
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
-from ortcompile import worker
+from ortcompile import ortmarkers, worker
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, check_option_keys
 from ortcompile.eps.discovery import add_library_ep, all_eps, is_installed, library_info, lookup
@@ -68,7 +68,7 @@ def register(info: EpInfo, virtual: bool = False) -> Any:
             ort.register_execution_provider_library(name, path)
     except Exception as exc:  # ORT raises its own Fail/RuntimeError types; packages raise FileNotFoundError
         text = str(exc)
-        if "already registered" in text:
+        if ortmarkers.ALREADY_REGISTERED in text:
             _REGISTERED.add(name)
             return module
         hint = diagnose.explain_missing(info, text, "load the EP")

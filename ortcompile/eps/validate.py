@@ -12,38 +12,33 @@ A probe that fails because a library is missing (OpenVINO's NPU compiler, for a 
 becomes ComponentMissing (exit 1) before anything is written.
 
 The same child loads a plugin library given by path before any ortcompile process does (`probe_library`).
-Both die with their parent (compile/worker.die_with_parent).
+Both die with their parent (child.die_with_parent).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortcompile import errors, native
+from ortcompile import errors, native, ortmarkers
+from ortcompile.child import run_child
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, ComponentMissing, EpUnavailable, UsageError, first_line
 from ortcompile.onnxfacts import tiny_static_model
-from ortcompile.worker import run_child
 
 if TYPE_CHECKING:
     from ortcompile.eps.catalog import EpInfo
     from ortcompile.eps.resolved import ResolvedEp
 
-_HEADER = re.compile(r"\[(?P<sev>[VIWEF]):onnxruntime:[^\]]*?,\s*(?P<where>\S+)\s+(?P<func>[^\]]*)\]\s?(?P<msg>.*)")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_REFUSAL = re.compile(r"invalid|not valid|unrecogni[sz]ed|malformed|failed|unsupported|not supported|cannot|can't|must |"
-                      r"only one of|not allowed|out of range|expect", re.IGNORECASE)
 _CACHE: dict[tuple, list[str]] = {}
 
 
@@ -61,7 +56,7 @@ class LogLine:
 
     @property
     def refuses(self) -> bool:
-        return self.severity in "EF" or bool(_REFUSAL.search(self.message))
+        return self.severity in "EF" or bool(ortmarkers.OPTION_REFUSAL.search(self.message))
 
 
 @dataclass
@@ -74,7 +69,7 @@ def parse_log(text: str) -> list[LogLine]:
     """ORT log records at warning and above; a record's continuation lines are joined to it."""
     records: list[LogLine] = []
     for raw in _ANSI.sub("", text).splitlines():
-        match = _HEADER.search(raw)
+        match = ortmarkers.ORT_LOG_RECORD.search(raw)
         if match:
             if match["sev"] in "WEF":
                 message = match["msg"].strip()
@@ -87,39 +82,13 @@ def parse_log(text: str) -> list[LogLine]:
     return [r for r in records if r.severity != "I"]
 
 
-@contextlib.contextmanager
-def captured_native_output() -> Iterator[io.StringIO]:
-    """File descriptor 2 (ONNX Runtime's log) into the yielded buffer while native code runs; fd 1 (SDK banners
-    printed with printf) is captured apart and dropped. Both are shown on stderr afterwards under -v."""
-    sink = io.StringIO()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as out_file, tempfile.TemporaryFile() as err_file:
-        saved = os.dup(1), os.dup(2)
-        try:
-            os.dup2(out_file.fileno(), 1)
-            os.dup2(err_file.fileno(), 2)
-            yield sink
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            err_file.seek(0)
-            sink.write(err_file.read().decode("utf-8", errors="replace"))
-            out_file.seek(0)
-            banners = out_file.read()
-        if native._show_native_output:
-            os.write(2, banners + sink.getvalue().encode())
-
-
 def probe(ep: ResolvedEp, options: dict[str, str]) -> ProbeResult:
     """Create the EP with these options and compile the one-node model (what a real compile does first)."""
     import onnxruntime as ort
 
     model = tiny_static_model().SerializeToString()
     error = None
-    with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch, captured_native_output() as log:
+    with tempfile.TemporaryDirectory(prefix="ortcompile-probe-") as scratch, native.captured_native_output() as log:
         # log severity 2, warnings: where EPs say a value is not valid
         probe_options = session_options(ep, config={"ep.context_file_path": str(Path(scratch) / "probe_ctx.onnx")}, provider_options=options,
                                         log_severity=2)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
+from ortcompile.durable import replace_file
 from ortcompile.eps.discovery import library_info
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputNames
@@ -68,13 +69,12 @@ def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: Inpu
     entries = [{"name": name, "sha256": sha, **fp} for (name, _, sha), fp in zip(digest.files, digest.fingerprints)]
     stamp = {"format": STAMP_FORMAT, "source_dir": str(model_dir(source)), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
     target = stamp_path(output_dir, names)
-    pending = target.with_name(target.name + f".{os.getpid()}.tmp")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        pending.write_text(json.dumps(stamp, sort_keys=True))
-        os.replace(pending, target)
+        # Atomic, not synced: a stamp lost to a power cut costs one re-hash, an fsync would cost every compile.
+        replace_file(target, json.dumps(stamp, sort_keys=True), pending=target.with_name(target.name + f".{os.getpid()}.tmp"), sync=False)
     except OSError:
-        pending.unlink(missing_ok=True)
+        pass
 
 
 def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
@@ -198,12 +198,10 @@ def depfile_rule(target: Path, dependencies: list[Path]) -> str:
 
 def write_depfile(path: Path, rules: list[str]) -> None:
     """Written whole and renamed into place, like every other output."""
-    pending = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        pending.write_text("".join(rules))
-        os.replace(pending, path)
+        # Atomic, not synced (as before): Make reads it again on the next run, which a lost depfile only makes rebuild.
+        replace_file(path, "".join(rules), pending=path.with_name(f".{path.name}.{os.getpid()}.tmp"), sync=False)
     except OSError as exc:
-        pending.unlink(missing_ok=True)
         raise OutputError(f"cannot write depfile {path}: {exc.strerror}") from exc
 
 

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ortcompile.durable import fsync_dir, replace_file
 from ortcompile.errors import OutputError, output_error
 from ortcompile.naming import MANIFEST_SUFFIX, OutputNames, carries_digest
 from ortcompile.output.manifest import Manifest, ManifestError
@@ -226,7 +227,7 @@ def _apply_journal(stage: Path, output_dir: Path, journal: dict[str, list[str]])
             os.replace(stage / name, output_dir / name)
         except FileNotFoundError:
             pass  # moved already (by an earlier, interrupted recovery)
-    _fsync_dir(output_dir)
+    fsync_dir(output_dir)
     for name in journal["delete"]:
         (output_dir / name).unlink(missing_ok=True)
 
@@ -293,7 +294,7 @@ class Staging:
                 else:
                     (self.output_dir / name).unlink(missing_ok=True)
             raise
-        _fsync_dir(self.output_dir)
+        fsync_dir(self.output_dir)
         for name in journal["delete"]:
             (self.output_dir / name).unlink(missing_ok=True)
         # Done: a kill from here on must not read as a pending publish, nor hold the old files' space.
@@ -319,18 +320,4 @@ def _refuse_overwriting_inputs(output_dir: Path, ordered_names: list[str], input
 
 def _write_journal(stage: Path, journal: dict[str, list[str]]) -> None:
     """Write then rename: the journal exists complete or not at all."""
-    pending = stage / (JOURNAL + ".tmp")
-    with open(pending, "w") as stream:
-        json.dump(journal, stream)
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(pending, stage / JOURNAL)
-    _fsync_dir(stage)
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(stage / JOURNAL, json.dumps(journal), pending=stage / (JOURNAL + ".tmp"))

@@ -18,6 +18,7 @@ from typing import Any
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
+from ortcompile.ortmarkers import likely_cause
 from ortcompile.progress import Reporter
 from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.feeds import specs_from_session
@@ -29,14 +30,6 @@ from ortcompile.readback.reference import SourceReference
 from ortcompile.readback.setfeeds import set_feeds
 from ortcompile.readback.shapes import compare_shaped, data_dependent_outputs
 from ortcompile.run.sessions import EXACT_INT8_CONFIG, LEAN_CONFIG, RECORD_ASSIGNMENT, open_session, run_session, session_options
-
-# Load errors whose cause we know, and what to do about it.
-_LIKELY_CAUSES = (
-    (("count of graph inputs should be at least the count of tensor_wrapper", "zero graph inputs is not supported"),
-     "the EP took only shape-computation partitions: pin the dynamic dims with --fix-dim/--fix-shape (and keep the prepare step)"),
-    (("single static assignment",),
-     "ONNX Runtime's Compile API wrote subgraphs it cannot load again (If/Loop bodies left on the CPU EP); try --no-prepare or --ep cpu"),
-)
 
 
 @dataclass(frozen=True)
@@ -219,10 +212,3 @@ def _disable_all() -> Any:
     import onnxruntime as ort
 
     return ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-
-
-def likely_cause(text: str) -> str:
-    for needles, cause in _LIKELY_CAUSES:
-        if any(n in text for n in needles):
-            return cause
-    return ""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -23,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from ortcompile import ortmarkers
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel
-from ortcompile.native import native_output_shown
+from ortcompile.native import DEVNULL, native_output_shown, redirected
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.onnxfacts import op_counts as graph_op_counts
 from ortcompile.plan.source import read_source
@@ -35,9 +35,6 @@ from ortcompile.run.load import model_ep
 from ortcompile.run.sessions import RECORD_ASSIGNMENT, open_session, session_options
 from ortcompile.worker import fresh_worker
 
-_FAILED = "Validation FAILED"
-_OPERATOR = re.compile(r"Operator type: (?P<op>\S+) Node name: ?(?P<name>.*?) Node index: ")
-_REASON = re.compile(r"REASON ?: ?(?P<reason>.*\S)")
 _VERBOSE = 0  # ORT log severity at which EPs log their per-node decisions
 
 
@@ -161,11 +158,11 @@ def refusal_reasons(lines: Iterable[str]) -> list[dict[str, str]]:
     found: dict[tuple[str, str, str], dict[str, str]] = {}
     pending: list[tuple[str, str]] | None = None  # the operators of the block being read
     for line in lines:
-        if _FAILED in line:
+        if ortmarkers.QNN_NODES_REFUSED in line:
             pending = []
-        elif pending is not None and (operator := _OPERATOR.search(line)):
+        elif pending is not None and (operator := ortmarkers.QNN_REFUSED_OPERATOR.search(line)):
             pending.append((operator["op"], operator["name"].strip()))
-        elif pending is not None and (reason := _REASON.search(line)):
+        elif pending is not None and (reason := ortmarkers.QNN_REFUSAL_REASON.search(line)):
             for op, name in pending:
                 found.setdefault((op, name, reason["reason"]), {"op_type": op, "name": name, "reason": reason["reason"]})
             pending = None
@@ -185,20 +182,9 @@ def _reasons_from_log(wanted: bool) -> Iterator[list[dict[str, str]]]:
     if not wanted:
         yield reasons
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
     with tempfile.TemporaryFile() as log:
-        saved = os.dup(1), os.dup(2)
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(devnull, 1)
-            os.dup2(log.fileno(), 2)
+        with redirected(stdout=DEVNULL, stderr=log.fileno()):
             yield reasons
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            for fd in (*saved, devnull):
-                os.close(fd)
         reasons.extend(refusal_reasons(_lines(log)))
         _show_warnings(log)
 
@@ -212,5 +198,5 @@ def _lines(log: IO[bytes]) -> Iterator[str]:
 def _show_warnings(log: IO[bytes]) -> None:
     if native_output_shown():
         for line in _lines(log):
-            if "[W:" in line or "[E:" in line or "[F:" in line:
+            if ortmarkers.any_in(line, ortmarkers.WARNING_OR_WORSE):
                 sys.stderr.write(line)

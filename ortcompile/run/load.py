@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,7 @@ from ortcompile.eps import lookup, recorded_options
 from ortcompile.eps.compat import read_compatibility_info
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.native import redirected
 from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.plan.source import read_source
 from ortcompile.run.sessions import open_session
@@ -59,14 +59,8 @@ def load_session(path: str | os.PathLike[str], *, ep: str | None = None, ep_opti
 def _banners_to_stderr() -> Iterator[None]:
     """File descriptor 1 points at stderr while the EP loads: the QNN SDK prints a banner with printf, and an
     application's stdout may be its data. Nothing is dropped (ONNX Runtime's own log stays on stderr)."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
+    with redirected(stdout=2):
         yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def _with_ep(options: Any, resolved: Any) -> Any:

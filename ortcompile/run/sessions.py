@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile import eps
+from ortcompile import eps, ortmarkers
+from ortcompile.child import answer_parent, run_child
 from ortcompile.eps import CPU_EP, ResolvedEp
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
 from ortcompile.native import native_stdout_to_stderr
-from ortcompile.worker import answer_parent, run_child
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
@@ -35,7 +35,6 @@ LEAN_CONFIG = "session.disable_prepacking"
 # on an AMD EPYC Rome and not on a Zen 4 (issue 24: SNR 9.7 dB against QNN's exact output). With this entry ORT
 # converts the weights to u8 and uses its U8U8 kernel, which cannot saturate: the same numbers on every machine.
 EXACT_INT8_CONFIG = {"session.x64quantprecision": "1"}
-_UNREADABLE = ("ModelProto", "rotobuf", "No such file", "doesn't exist", "does not exist", "NO_SUCHFILE")
 
 
 @dataclass
@@ -62,7 +61,7 @@ def open_session(model: Path | bytes, ep: ResolvedEp | None, dims: Mapping[str, 
             session = ort.InferenceSession(str(model) if isinstance(model, Path) else model, options)
     except Exception as exc:
         text = str(exc)
-        if any(marker in text for marker in _UNREADABLE):
+        if ortmarkers.any_in(text, ortmarkers.UNREADABLE_MODEL):
             raise InvalidModel(f"{shown}: cannot load: {ort_reason(text)}", detail=text) from exc
         raise CompilationFailed(f"{shown}: {failure}: {ort_reason(text)}", detail=text) from exc
     seconds = time.perf_counter() - start
