@@ -127,6 +127,29 @@ def test_sample_rate_compared_with_16000_gets_16000(sample_rate: Path) -> None:
     np.testing.assert_array_equal(y, feeds.arrays["x"] * 2)  # the 16 kHz path ran, not the -1 fallback
 
 
+def test_a_one_hot_encoded_input_gets_classes_of_its_range(tmp_path: Path) -> None:
+    """Equal against a constant 0..N-1 is a one-hot encoding (jax/TF exports; magika's bytes): values in [0, N),
+    and the input is ids, so its edge sets apply. Before, it was drawn from [0, 4): magika passed its check at
+    66 dB and was wrong at -122 dB on a text file. A constant that is not a range gives no bound."""
+    def model(classes: np.ndarray, name: str) -> Path:
+        graph = helper.make_graph(
+            [helper.make_node("Unsqueeze", ["b", "axis"], ["u"]), helper.make_node("Equal", ["u", "classes"], ["hot"]),
+             helper.make_node("Cast", ["hot"], ["y"], to=TensorProto.FLOAT)], "g",
+            [helper.make_tensor_value_info("b", TensorProto.INT32, [1, 64])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64, classes.size])],
+            [numpy_helper.from_array(classes.reshape(1, 1, -1), "classes"), numpy_helper.from_array(np.array([2], np.int64), "axis")])
+        path = tmp_path / name
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(path))
+        return path
+
+    one_hot = model(np.arange(257, dtype=np.int32), "one_hot.onnx")
+    hint = read_hints(one_hot)["b"]
+    assert hint.high == 257 and "one-hot" in hint.why
+    values = feeds_for(one_hot, seed=0).arrays["b"]
+    assert values.min() >= 0 and values.max() < 257 and values.max() > 200
+    assert read_hints(model(np.array([0, 1, 3], np.int32), "not_a_range.onnx")).get("b") is None
+
+
 def test_table_sizes_from_constants_subgraphs_and_shape_inference(tmp_path: Path) -> None:
     """Tables that are a Constant node, a computed tensor (Concat of two initializers: shape inference), and a
     Gather inside an If branch reading an outer input; GatherElements along axis 1."""

@@ -452,7 +452,7 @@ def test_criterion_flags_set_every_threshold_and_tighten(built: dict[str, Path])
                           (["--rtol", "-1"], "rtol must be a finite number >= 0, not -1.0"),
                           (["--min-top1", "nan"], "min_top1 must be between -1 and 1 (0 and 1 for fractions), not nan")):
         assert usage_error(*verify(built, "bert_ctx", *args)) == message
-    assert "'fp8' is not one of 'fp32', 'fp16', 'quantized'" in usage_error(*verify(built, "bert_ctx", "--precision", "fp8"))
+    assert "'fp8' is not one of 'fp32', 'fp16', 'bf16', 'quantized'" in usage_error(*verify(built, "bert_ctx", "--precision", "fp8"))
 
 
 # ---------------------------------------------------------------- bench: same inputs, same criterion, same exits

@@ -4,7 +4,8 @@ Read from the **source** model: a compiled model hides the ops inside EPContext 
 found, both by following an input through value-preserving ops (Cast, Reshape, Unsqueeze, ...):
 
 - ``indices``: it reaches a Gather (or GatherElements, or an embedding op) as indices into a table with a
-  known size N along the gathered axis: values must lie in [0, N), or the model reads past the table.
+  known size N along the gathered axis: values must lie in [0, N), or the model reads past the table; or it is
+  one-hot encoded by Equal against a constant 0..N-1 (magika's bytes): classes in [0, N).
 - ``constant``: it is compared with Equal against a constant scalar, e.g. a sample rate that selects the
   model's code path: the constant is the value that exercises that path.
 
@@ -82,7 +83,10 @@ def _hint_for(name: str, graph: _Graph, model: onnx.ModelProto) -> InputHint | N
         elif node.op_type == "Equal" and node.domain in ("", "ai.onnx"):
             other = next((i for i in node.input if i != tensor), None)
             value = _scalar(graph.constants.get(other)) if other else None
-            if value is not None and value not in constants:
+            classes = _one_hot_classes(graph.constants.get(other)) if other else None
+            if classes:
+                bounds.append((classes, f"one-hot against 0..{classes - 1} (Equal on {other!r})"))
+            elif value is not None and value not in constants:
                 constants.append(value)
     if bounds:
         high, why = min(bounds)  # valid for every table it indexes
@@ -135,6 +139,20 @@ def _scalar(tensor: onnx.TensorProto | None) -> int | float | None:
     except Exception:  # an element type numpy cannot hold: no hint
         return None
     return value.item() if value.dtype.kind in "iufb" else None
+
+
+def _one_hot_classes(tensor: onnx.TensorProto | None) -> int | None:
+    """N when an integer constant holds exactly 0..N-1 along its one long axis: Equal against it is a one-hot
+    encoding (jax/TF exports of one_hot), so the input's values are classes in [0, N)."""
+    if tensor is None or is_external(tensor) or not 1 < element_count(tensor.dims) <= 1 << 16:
+        return None
+    try:
+        values = numpy_helper.to_array(tensor).reshape(-1)
+    except Exception:  # an element type numpy cannot hold: no hint
+        return None
+    if values.dtype.kind not in "iu" or not (values == range(values.size)).all():
+        return None
+    return int(values.size)
 
 
 def _dim(graph: _Graph, model: onnx.ModelProto, tensor: str, axis: int) -> int | None:
