@@ -103,9 +103,9 @@ def _bytes(directory: Path) -> int:
     return sum(p.stat().st_size for p in directory.iterdir() if p.is_file())
 
 
-def static_graph(folder: Path, out_dir: Path) -> tuple[Path, dict[str, dict[str, int]]]:
-    """ortcompile's one graph change (llm/surgery.py) written beside hard links to the weights, for the raw rows,
-    and each stage's dimension values (llm/package.py stage_pins)."""
+def static_graphs(folder: Path, out_dir: Path) -> dict[str, tuple[Path, dict[str, int]]]:
+    """ortcompile's graph change (llm/surgery.py) for each stage, written beside hard links to the weights, for the
+    raw rows, with the stage's dimension values (llm/package.py stage_pins)."""
     import onnx
 
     from ortcompile.llm.genai import DECODE as DECODE_STAGE
@@ -117,13 +117,16 @@ def static_graph(folder: Path, out_dir: Path) -> tuple[Path, dict[str, dict[str,
 
     model = read_genai_folder(folder)
     out_dir.mkdir(parents=True, exist_ok=True)
-    graph = out_dir / "decoder.onnx"
-    dims = rewrite_decoder(model, graph)
-    for location in external_locations(onnx.load_model(str(graph), load_external_data=False)):
-        if not (out_dir / location).exists():
-            os.link(folder / location, out_dir / location)
     options = LlmOptions(context_length=CONTEXT, prefill_length=PREFILL)
-    return graph, {"prefill": stage_pins(dims, model, options, PREFILL_STAGE), "decode": stage_pins(dims, model, options, DECODE_STAGE)}
+    graphs = {}
+    for name, stage, sequence in (("prefill", PREFILL_STAGE, PREFILL), ("decode", DECODE_STAGE, 1)):
+        graph = out_dir / f"{name}.onnx"
+        dims = rewrite_decoder(model, graph, sequence)
+        for location in external_locations(onnx.load_model(str(graph), load_external_data=False)):
+            if not (out_dir / location).exists():
+                os.link(folder / location, out_dir / location)
+        graphs[name] = (graph, stage_pins(dims, model, options, stage))
+    return graphs
 
 
 def placement(model: Path) -> str:
@@ -174,8 +177,7 @@ def main() -> None:
         if not args.skip_separate:
             row("ortcompile llm --no-share-weights", [*llm, "--no-share-weights", "-o", str(work / "pkg-separate")], work / "pkg-separate", tree)
     if not args.skip_raw:
-        graph, pins = static_graph(folder, work / "static")
-        for stage, overrides in pins.items():
+        for stage, (graph, overrides) in static_graphs(folder, work / "static").items():
             out = work / f"raw-{stage}"
             model = out / f"{stage}_ctx.onnx"
             row(f"raw {stage}", [sys.executable, "-c", RAW_LLM_SCRIPT, str(graph), str(model), json.dumps(overrides)], out, make_dir=True)
