@@ -66,7 +66,9 @@ def click_option(entry: Option) -> Callable[[Any], Any]:
     elif entry.kind == "repeat":
         settings["multiple"] = True
     else:
-        settings["default"] = entry.shown_default if entry.shown_default is not None else entry.default
+        default = entry.shown_default if entry.shown_default is not None else entry.default
+        if default is not None or not entry.required:  # (click 8.3 takes an explicit default=None as a value, so a
+            settings["default"] = default              # required option given one is never missing)
     if entry.show_default:
         settings["show_default"] = True
     if entry.required:
