@@ -44,6 +44,7 @@ INTEGRITY_KEYS = {"path", "found", "hashed", "ok", "problems", "files", "referen
 INTEGRITY_FILE_KEYS = {"name", "role", "size", "actual_size", "sha256_ok", "status"}
 RUN_KEYS = {"seed", "set", "outputs"}
 VERIFY_NEXT = "; " + next_steps("verify")  # every failed verify ends with what to do next
+VERIFY_NEXT_CPU = "; " + next_steps("verify", can_pin=False)  # the CPU EP cannot keep nodes off it: no --cpu-nodes/--fallback
 OUTPUT_KEYS = {"name", "shape", "dtype", "max_abs", "max_rel", "mismatches", "total", "reason", "ok",
                "criterion", "exact", "snr_db", "psnr_db", "cosine", "top1", "top1_rows", "topk", "nonfinite", "note"}
 
@@ -314,12 +315,12 @@ def test_int64_and_bool_outputs_are_compared_exactly(built: dict[str, Path], tmp
     assert (outputs["top"]["mismatches"], outputs["top"]["total"]) == (1, 1) and outputs["top"]["max_abs"] >= 1
     assert 0 < outputs["pos"]["mismatches"] <= 16 and outputs["pos"]["max_abs"] == 1.0
     assert not outputs["top"]["exact"] and outputs["top"]["snr_db"] is None  # integers: equal or not, no metrics
-    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): 1/1 elements differ{VERIFY_NEXT}"
+    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): 1/1 elements differ{VERIFY_NEXT_CPU}"
     # Judged as fp16 parity, integer outputs may differ on at most 1% of their elements: one of one still fails.
     fp16 = run("verify", model, "--reference", FIXTURES / "mixed.onnx", "--precision", "fp16")
     assert fp16.returncode == 5
     assert error_line(fp16) == ("ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): "
-                                f"1/1 elements differ (at most 0.01 of them may){VERIFY_NEXT}")
+                                f"1/1 elements differ (at most 0.01 of them may){VERIFY_NEXT_CPU}")
 
 
 def test_zero_tolerance_catches_qnn_float_noise(built: dict[str, Path]) -> None:
@@ -602,7 +603,7 @@ def test_reshaped_output_is_reported_with_its_shapes(built: dict[str, Path], tmp
     top = next(o for o in report["runs"][0]["outputs"] if o["name"] == "top")
     assert (top["shape"], top["max_abs"], top["max_rel"], top["ok"]) == ([1, 1], None, None, False)
     assert top["reason"] == "the compiled model gives int64[1, 1], the source int64[1]"
-    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): {top['reason']}{VERIFY_NEXT}"
+    assert error_line(proc) == f"ortcompile: error: output 'top' differs from the source on the CPU EP (seed 0): {top['reason']}{VERIFY_NEXT_CPU}"
 
 
 def test_docs_describe_every_json_key_and_option() -> None:
