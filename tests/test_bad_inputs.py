@@ -828,6 +828,18 @@ def slow_model(tmp_path_factory: pytest.TempPathFactory):
     model.remove()
 
 
+@pytest.fixture(scope="module")
+def slow_previous_output(slow_model: Path, tmp_path_factory: pytest.TempPathFactory):
+    """slow_model compiled for the CPU EP with every weight in the data file: the previous output each interrupted
+    run must leave as it was. Compiled once; each case replaces its own copy (the same bytes, which is what it checks)."""
+    root = tmp_path_factory.mktemp("slow-previous")
+    result = run_cli("compile", slow_model, "-o", root / "out", "--ep", "cpu", "--inline-threshold", "0",
+                     env=cli_env({"XDG_CACHE_HOME": str(root / "x")}))
+    assert result.returncode == 0, result.stderr
+    yield root / "out"
+    shutil.rmtree(root, ignore_errors=True)  # 400 MB: pytest keeps old tmp dirs
+
+
 def _wait_for(predicate: Callable[[], bool], timeout: float) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -850,9 +862,10 @@ def _staged(out: Path, suffix: str) -> bool:
     (signal.SIGINT, "cpu", "data-pass"),
     (signal.SIGTERM, "cpu", "data-pass"),
 ], ids=["sigint-qnn-compiling", "sigterm-qnn-compiling", "sigint-cpu-data-pass", "sigterm-cpu-data-pass"])
-def test_interrupted_mid_compile(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path) -> None:
+def test_interrupted_mid_compile(signum: int, ep: str, when: str, slow_model: Path, slow_previous_output: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     try:
+        shutil.copytree(slow_previous_output, out)  # the previous output
         _interrupt(signum, ep, when, slow_model, tmp_path, out)
     finally:
         shutil.rmtree(out, ignore_errors=True)  # 400 MB: pytest keeps old tmp dirs
@@ -860,8 +873,6 @@ def test_interrupted_mid_compile(signum: int, ep: str, when: str, slow_model: Pa
 
 def _interrupt(signum: int, ep: str, when: str, slow_model: Path, tmp_path: Path, out: Path) -> None:
     env = cli_env({"XDG_CACHE_HOME": str(tmp_path / "x")})
-    result = run_cli("compile", slow_model, "-o", out, "--ep", "cpu", "--inline-threshold", "0", env=env)  # previous output
-    assert result.returncode == 0, result.stderr
     before = snapshot(out)
     proc = popen_process("compile", slow_model, "-o", out, "--ep", ep, "--force", env=env)
     try:
