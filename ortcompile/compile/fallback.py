@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
+from ortcompile.compile.nodecut import CompileOne, Placement, placed_stitch, placement_of
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
@@ -71,14 +72,16 @@ class FallbackState:
     findings: list[Finding] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)  # one per failed check: the pins, worst SNR, divergence
     placement: dict[str, Any] = field(default_factory=dict)  # the published graph's CPU nodes and partitions
+    how: Placement = field(default_factory=Placement)  # this round's: op types refused whole, nodes cut out (nodecut.py)
+    model: Any = None  # the source's graph (no weights): what the pins are placed in
 
     def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
         if not self.pins and not self.rounds:
             return None
-        return {"requested": list(self.pins.patterns), "op_types": list(self.pins.op_types), "moved": list(self.pins.nodes),
+        return {"requested": list(self.pins.patterns), "op_types": list(self.how.op_types), "cut": list(self.how.cut), "moved": list(self.pins.nodes),
                 "nodes": [n["name"] for n in self.placement.get("nodes", [])], "partitions": self.placement.get("partitions", 0),
-                "rounds": [{"op_types": r["op_types"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
+                "rounds": [{"op_types": r["op_types"], "cut": r["cut"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
                 "worst_snr_db_before": self.rounds[0]["worst_snr_db"] if self.rounds else None,
                 "worst_snr_db_after": worst_snr(check_report)}
 
@@ -94,7 +97,7 @@ class FallbackState:
         record = self.record(check_report) or {}
         if not record:
             return ""
-        moved = f"moved to the CPU EP: {', '.join(self.pins.op_types)}"
+        moved = f"moved to the CPU EP: {self.how.describe()}"
         nodes, partitions = len(record["nodes"]), record["partitions"]
         counts = f"{nodes} node{'s' if nodes != 1 else ''} in {partitions} CPU partition{'s' if partitions != 1 else ''}"
         if not self.rounds:
@@ -130,27 +133,34 @@ def start_state(job: CompileRound) -> FallbackState:
             warnings.warn(f"{plan.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
         else:
             job.reporter.detail(f"fp16 lint: {finding.describe()}")
-    return FallbackState(pins, findings)
+    return FallbackState(pins, findings, model=model)
 
 
-def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest]) -> CompileResult:
-    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry."""
+def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest], compile_part: CompileOne) -> CompileResult:
+    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry.
+    `compile_part`: job.compile_model, what the parts of a graph cut around pinned nodes compile with (nodecut.py)."""
     state = start_state(job)
     job.fallback = state
     base_request = job.plan.request
     for round_index in range(MAX_ROUNDS + 1):
         with Staging(job.plan.output_dir) as staging:
+            # (the localization runs the whole graph: there the pinned nodes' op types are all refused to the EP)
             job.request_override = pinned_request(base_request, state.pins, staging.path)
             state.placement = {}
-            built = job.build(staging.path, workers)  # (its graph pass reads this round's placement into state)
+            state.how = placement_of(state.model, state.pins) if state.pins else Placement()
+            if state.how.cut:  # some nodes of an op type, not all: cut the graph around them
+                stitch = placed_stitch(job.plan, state.how, staging.path, job, compile_part, state)
+                built, result = stitch.build(staging.path), stitch.result
+            else:
+                built, result = job.build(staging.path, workers), job.result  # (its graph pass reads the placement into state)
             try:
-                return job.result(built, finish([built], staging, workers, [digest])[0])
+                return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
                 if report is None or not report.outputs_differ:
                     raise
                 divergence = _localize(job, staging.path, workers, report)
-                state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": worst_snr_of(report.outputs),
+                state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
                 job.reporter.detail(f"check: {divergence.summary()}")
                 from ortcompile.readback.localize import divergence_table  # see LAZY_IMPORTS (--if-changed)
@@ -158,9 +168,10 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
                 for line in divergence_table(divergence):
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
-                if job.plan.options.fallback != "auto" or more.op_types == state.pins.op_types or round_index == MAX_ROUNDS:
+                how = placement_of(state.model, more)
+                if job.plan.options.fallback != "auto" or how == state.how or round_index == MAX_ROUNDS:
                     raise refusal(exc, divergence, job, state, more) from exc
-                job.reporter.stage(f"fallback: moving {', '.join(sorted(set(more.op_types) - set(state.pins.op_types)))} to the CPU EP")
+                job.reporter.stage(f"fallback: moving {how.describe(state.how)} to the CPU EP")
                 state.pins = more
             finally:
                 job.request_override = None
@@ -216,7 +227,7 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     if not can_pin:
         step = None  # this EP cannot keep nodes off it: --cpu-nodes / --fallback would be refused
     elif job.plan.options.fallback == "auto":
-        tried = ", ".join(state.pins.op_types) or "nothing"
+        tried = state.how.describe() if state.pins else "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     else:
         step = placement_step(nodes)

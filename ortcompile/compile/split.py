@@ -23,7 +23,7 @@ from typing import Any
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.makefrag import fragment_name, make_fragment
-from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
+from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_cuts, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.durable import write_new
@@ -56,7 +56,8 @@ class SplitResult:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
+                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None,
+                cuts: Sequence[int] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
 
@@ -66,7 +67,9 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     a plan records no part digests (nothing else compiles those parts).
 
     `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
-    would check them after every part compiled."""
+    would check them after every part compiled.
+
+    `cuts` (compile/nodecut.py): cut before these node indices instead of by `budget`."""
     import onnx
 
     require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
@@ -78,7 +81,7 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     apply_pins(model, pins)
     types = _value_types(model)
     sizes = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
-    plan = plan_partition(model, sizes, budget)
+    plan = plan_partition(model, sizes, budget) if cuts is None else plan_cuts(model, sizes, cuts)
     stem = strip_onnx(source.path.name)
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
