@@ -128,3 +128,27 @@ def test_a_whole_op_type_stays_with_op_affinity(two_logs: tuple[Path, Path], tmp
     record = json.loads((out / "two_logs_ctx.manifest.json").read_text())["cpu_nodes"]
     assert record["op_types"] == ["Log"] and record["cut"] == [] and sorted(record["nodes"]) == ["log_plain", "log_tiny"]
     assert sorted(_graph_nodes(out / "two_logs_ctx.onnx")[0]) == ["log_plain", "log_tiny"]
+
+
+def test_partition_is_refused_with_the_steps_that_pin_by_hand_and_they_work(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """--fallback auto with --partition is refused before any work, naming why and the steps to run instead; those
+    steps (split, the part holding the nodes compiled with --cpu-nodes, stitch, verify on realistic inputs) work."""
+    model, tones = two_logs
+    result = run_cli("compile", model, "-o", tmp_path / "refused", "--ep", "qnn", "--fallback", "auto", "--partition", "auto")
+    assert result.returncode == 2 and not (tmp_path / "refused").exists()
+    assert "--fallback auto does not work with --partition yet: it places nodes in one model's compile" in result.stderr
+    assert "compile the model on its own without --partition; for a model too large for that, pin by hand: 'ortcompile split" in result.stderr
+
+    split = run_cli("split", model, "-o", tmp_path / "split", "--ep", "qnn", "--partition", "5000")
+    assert split.returncode == 0, split.stderr
+    plan = json.loads((tmp_path / "split" / "two_logs.parts.json").read_text())
+    assert [p["nodes"] for p in plan["plan"]["parts"]] == [[0, 13], [13, 14]]  # the fragile nodes are in part 00
+    for index, extra in ((0, [a for n in FRAGILE for a in ("--cpu-nodes", n)]), (1, [])):
+        part = run_cli("compile", tmp_path / "split" / f"two_logs.part{index:02d}.onnx", "-o", f"{tmp_path / 'parts'}/", *plan["compile_args"], *extra)
+        assert part.returncode == 0, part.stderr
+    stitched = run_cli("stitch", tmp_path / "split" / "two_logs.parts.json", "--parts", tmp_path / "parts", "-o", tmp_path / "out")
+    assert stitched.returncode == 0, stitched.stderr
+    assert _graph_nodes(tmp_path / "out" / "two_logs_ctx.onnx")[0] == FRAGILE
+    verified = run_cli("verify", tmp_path / "out" / "two_logs_ctx.onnx", "--reference", model, "--input", f"x={tones}")
+    assert verified.returncode == 0, verified.stderr
+    assert _published_snr(tmp_path / "out" / "two_logs_ctx.onnx", model, [tones_over_silence(seed) for seed in (1, 2)]) >= FP16_SNR_DB
