@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
-from ortcompile.compile.nodecut import CompileOne, Placement, placed_stitch, placement_of
+from ortcompile.compile.nodecut import CannotCut, CompileOne, PlacedStitch, Placement, placed_stitch, placement_of
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
@@ -74,6 +74,13 @@ class FallbackState:
     placement: dict[str, Any] = field(default_factory=dict)  # the published graph's CPU nodes and partitions
     how: Placement = field(default_factory=Placement)  # this round's: op types refused whole, nodes cut out (nodecut.py)
     model: Any = None  # the source's graph (no weights): what the pins are placed in
+    can_cut: bool = True  # False once the graph could not be cut (nodecut.CannotCut): whole op types from then on
+
+    def place(self, pins: CpuPins) -> Placement:
+        """How `pins` leave the EP: whole op types, and nodes cut out while the graph can be cut."""
+        if not pins:
+            return Placement()
+        return placement_of(self.model, pins) if self.can_cut else Placement(pins.op_types)
 
     def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
@@ -147,9 +154,9 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
             # (the localization runs the whole graph: there the pinned nodes' op types are all refused to the EP)
             job.request_override = pinned_request(base_request, state.pins, staging.path)
             state.placement = {}
-            state.how = placement_of(state.model, state.pins) if state.pins else Placement()
-            if state.how.cut:  # some nodes of an op type, not all: cut the graph around them
-                stitch = placed_stitch(job.plan, state.how, staging.path, job, compile_part, state)
+            state.how = state.place(state.pins)
+            stitch = _cut(job, state, staging.path, compile_part) if state.how.cut else None  # some nodes of an op type, not all
+            if stitch is not None:
                 built, result = stitch.build(staging.path), stitch.result
             else:
                 built, result = job.build(staging.path, workers), job.result  # (its graph pass reads the placement into state)
@@ -168,7 +175,7 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                 for line in divergence_table(divergence):
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
-                how = placement_of(state.model, more)
+                how = state.place(more)
                 if job.plan.options.fallback != "auto" or how == state.how or round_index == MAX_ROUNDS:
                     raise refusal(exc, divergence, job, state, more) from exc
                 job.reporter.stage(f"fallback: moving {how.describe(state.how)} to the CPU EP")
@@ -177,6 +184,18 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                 job.request_override = None
         workers.renew()  # a fresh EP state for the next compile, as every compile gets
     raise AssertionError("unreachable")
+
+
+def _cut(job: CompileRound, state: FallbackState, staging_dir: Path, compile_part: CompileOne) -> PlacedStitch | None:
+    """The graph cut around the pinned nodes and its parts compiled; None when it cannot be cut there (the pinned
+    nodes' op types are then refused whole, said in a warning: more moves than was asked)."""
+    try:
+        return placed_stitch(job.plan, state.how, staging_dir, job, compile_part, state)
+    except CannotCut as exc:
+        warnings.warn(f"{job.plan.source.path.name}: cannot cut the graph around {', '.join(state.how.cut)} ({exc.message}): "
+                      f"moving every node of {', '.join(state.pins.op_types)} to the CPU EP instead", OrtCompileWarning, stacklevel=2)
+        state.can_cut, state.how = False, Placement(state.pins.op_types)
+        return None
 
 
 def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: Any) -> Divergence:

@@ -31,11 +31,17 @@ from ortcompile.compile.parts import COMPILED_DIR, PARTS_DIR, compile_parts
 from ortcompile.compile.partsplan import PartsPlan
 from ortcompile.compile.split import part_cli_args, part_options, plan_record, split_model
 from ortcompile.compile.stitch import StitchJob
-from ortcompile.errors import OrtCompileWarning
+from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.options import CompileOptions, CompileResult, PartitionOptions
 from ortcompile.plan.planner import CompilePlan
 from ortcompile.readback.lint import node_label
+
+
+class CannotCut(CompilationFailed):
+    """The graph cannot be cut where the pins are (a tensor between parts without a static shape): the caller moves
+    the pinned nodes' whole op types instead."""
+
 
 ALL_NODES = "*"  # --cpu-nodes glob naming every node of a part: the EP takes none of it
 CompileOne = Callable[[Path, Path, CompileOptions], CompileResult]
@@ -133,16 +139,20 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     as_split = dataclasses.replace(options, cpu_nodes=(), fallback="off", partition=PartitionOptions(None))
     record = {**plan_record(plan, None, parts_dir), "options": as_split.recorded(plan.ep.info.short_name, plan.require_compiled, plan.compiles),
               "compile_args": part_cli_args(part_options(as_split))}
-    split = split_model(plan.source, parts_dir, 1, plan.pins, options.layout, options.freeze, record, link_sources=True,
-                        given=given_inputs(options.freeze, options.inputs) if options.inputs else None, cuts=cuts)
+    try:
+        split = split_model(plan.source, parts_dir, 1, plan.pins, options.layout, options.freeze, record, link_sources=True,
+                            given=given_inputs(options.freeze, options.inputs) if options.inputs else None, cuts=cuts)
+    except CompilationFailed as exc:  # (not UsageError: a wrong --input is the user's to fix either way)
+        raise CannotCut(exc.message, exc.detail) from exc
     job.timings["split"] = time.perf_counter() - clock
     by_name = {name: index for index, name in enumerate(split.parts)}
     whole = set(placement.op_types)
 
     def compile_part(path: Path, out: Path, part: CompileOptions) -> CompileResult:
         index = by_name[path.name]
-        if index in cpu_parts:  # nothing of it for the EP: plain nodes, nothing to compare (the stitched model is checked)
-            part = dataclasses.replace(part, cpu_nodes=(ALL_NODES,), prepare=False, check="none")
+        part = dataclasses.replace(part, check="none")  # the stitched model is checked against the source, on the user's inputs
+        if index in cpu_parts:  # nothing of it for the EP: plain nodes
+            part = dataclasses.replace(part, cpu_nodes=(ALL_NODES,), prepare=False)
         else:
             spec = split.plan.parts[index]
             held = {n.op_type for n in model.graph.node[spec.start : spec.stop]}
