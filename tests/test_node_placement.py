@@ -152,3 +152,15 @@ def test_partition_is_refused_with_the_steps_that_pin_by_hand_and_they_work(two_
     verified = run_cli("verify", tmp_path / "out" / "two_logs_ctx.onnx", "--reference", model, "--input", f"x={tones}")
     assert verified.returncode == 0, verified.stderr
     assert _published_snr(tmp_path / "out" / "two_logs_ctx.onnx", model, [tones_over_silence(seed) for seed in (1, 2)]) >= FP16_SNR_DB
+
+
+def test_a_cut_too_narrow_is_widened_over_rounds(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """`--cpu-nodes log_tiny` alone is worse (the EP flushes the epsilon before the CPU's Log: -inf); the rounds,
+    localized with the cut nodes on the CPU EP, move what feeds it, node by node, and never the ordinary branch."""
+    model, tones = two_logs
+    out = tmp_path / "out"
+    result = run_cli("compile", model, "-o", out, "--ep", "qnn", "--input", f"x={tones}", "--cpu-nodes", "log_tiny", "--fallback", "auto")
+    assert result.returncode == 0, result.stderr
+    assert "fallback: moving node add_eps (Add) alone" in result.stderr and "fallback: moving node square (Mul) alone" in result.stderr
+    record = _assert_only_the_fragile_nodes_on_the_cpu(out, model)
+    assert [r["cut"] for r in record["rounds"]] == [["log_tiny"], ["add_eps", "log_tiny"]] and record["requested"] == ["log_tiny"]
