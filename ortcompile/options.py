@@ -75,10 +75,10 @@ class CompileOptions:
         _require_positive(self.max_context_size, "max_context_size (--max-context-size)")
         if self.fallback not in ("off", "auto"):
             raise UsageError(f"fallback {self.fallback!r}: expected off or auto")
-        if (self.cpu_nodes or self.fallback == "auto") and (self.partition is not None or self.share_weights):
-            what = "--partition" if self.partition is not None else "--share-weights"
-            by_hand = _PINS_BY_HAND if self.partition is not None else ""
-            raise UsageError(_PINS_WITH_PARTS.format(flag="--cpu-nodes" if self.cpu_nodes else "--fallback auto", what=what) + by_hand)
+        if (self.cpu_nodes or self.fallback == "auto") and self.share_weights:
+            raise UsageError(_PINS_WITH_SHARED.format(flag="--fallback auto" if self.fallback == "auto" else "--cpu-nodes"))
+        if self.fallback == "auto" and self.partition is not None:
+            raise UsageError(_FALLBACK_WITH_PARTITION)
         if self.ep_library and _names_cpu_ep(self.ep):
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
@@ -133,15 +133,15 @@ def _names_cpu_ep(ep: str) -> bool:
     return ep.strip().lower() in KNOWN_EPS["cpu"].names()
 
 
-# --cpu-nodes/--fallback auto place nodes themselves (compile/fallback.py, compile/nodecut.py): with a cut of the graph
-# when only some nodes of an op type must leave the EP, and a divergence is localized on the whole graph.
-_PINS_WITH_PARTS = (
-    "{flag} does not work with {what} yet: it places nodes in one model's compile (cutting the graph itself where only some "
-    "nodes of an op type leave the EP) and localizes a divergence on the whole graph, which {what} does not compile; compile "
-    "the model on its own without {what}")
-_PINS_BY_HAND = ("; for a model too large for that, pin by hand: 'ortcompile split MODEL -o DIR --partition SIZE', compile each "
-                 "part with the arguments DIR/<stem>.parts.mk gives it, adding --cpu-nodes NODE to the part that holds the node, "
-                 "'ortcompile stitch', then 'ortcompile verify OUT --reference MODEL --inputs SAMPLES'")
+# --cpu-nodes/--fallback auto place nodes themselves (compile/fallback.py, compile/nodecut.py): op_affinity, or a cut
+# of the graph when only some nodes of an op type leave the EP; --fallback auto localizes on the whole graph.
+_FALLBACK_WITH_PARTITION = (
+    "--fallback auto does not work with --partition yet: it finds the nodes to move by compiling the whole graph as a "
+    "diagnostic copy, which --partition exists to avoid; compile without --partition, or keep it and name the nodes with "
+    "--cpu-nodes NODE ('ortcompile inspect MODEL --lint' lists the fp16-fragile ones; 'ortcompile verify' of an output "
+    "published with --check load names the first diverging node)")
+_PINS_WITH_SHARED = ("{flag} does not work with --share-weights yet: the models' EP context is compiled in one pass, which the "
+                     "placement does not drive; compile the model on its own")
 
 
 @dataclass

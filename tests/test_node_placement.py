@@ -130,28 +130,28 @@ def test_a_whole_op_type_stays_with_op_affinity(two_logs: tuple[Path, Path], tmp
     assert sorted(_graph_nodes(out / "two_logs_ctx.onnx")[0]) == ["log_plain", "log_tiny"]
 
 
-def test_partition_is_refused_with_the_steps_that_pin_by_hand_and_they_work(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
-    """--fallback auto with --partition is refused before any work, naming why and the steps to run instead; those
-    steps (split, the part holding the nodes compiled with --cpu-nodes, stitch, verify on realistic inputs) work."""
+def test_cpu_nodes_with_partition_cuts_by_the_budget_and_around_the_nodes(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """--partition with --cpu-nodes: the parts of the budget (cut before `proj`) and the pinned nodes' own part."""
     model, tones = two_logs
+    out = tmp_path / "out"
+    result = run_cli("compile", model, "-o", out, "--ep", "qnn", "--input", f"x={tones}", "--partition", "5000",
+                     *(a for n in FRAGILE for a in ("--cpu-nodes", n)))
+    assert result.returncode == 0, result.stderr
+    assert "compiling part 4/4" in result.stderr
+    manifest = json.loads((out / "two_logs_ctx.manifest.json").read_text())
+    assert [p["nodes"] for p in manifest["parts"]] == [[0, 5], [5, 8], [8, 13], [13, 14]] and manifest["parts"][1]["epcontext"] == 0
+    assert manifest["options"]["partition"]["budget"] == 5000 and manifest["options"]["cpu_nodes"] == FRAGILE
+    assert _graph_nodes(out / "two_logs_ctx.onnx") == (FRAGILE, 3)
+    assert manifest["cpu_nodes"]["cut"] == FRAGILE and manifest["cpu_nodes"]["nodes"] == FRAGILE
+    assert _published_snr(out / "two_logs_ctx.onnx", model, [tones_over_silence(seed) for seed in (1, 2)]) >= FP16_SNR_DB
+
+
+def test_fallback_auto_with_partition_is_refused_naming_why_and_what_instead(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    model, _ = two_logs
     result = run_cli("compile", model, "-o", tmp_path / "refused", "--ep", "qnn", "--fallback", "auto", "--partition", "auto")
     assert result.returncode == 2 and not (tmp_path / "refused").exists()
-    assert "--fallback auto does not work with --partition yet: it places nodes in one model's compile" in result.stderr
-    assert "compile the model on its own without --partition; for a model too large for that, pin by hand: 'ortcompile split" in result.stderr
-
-    split = run_cli("split", model, "-o", tmp_path / "split", "--ep", "qnn", "--partition", "5000")
-    assert split.returncode == 0, split.stderr
-    plan = json.loads((tmp_path / "split" / "two_logs.parts.json").read_text())
-    assert [p["nodes"] for p in plan["plan"]["parts"]] == [[0, 13], [13, 14]]  # the fragile nodes are in part 00
-    for index, extra in ((0, [a for n in FRAGILE for a in ("--cpu-nodes", n)]), (1, [])):
-        part = run_cli("compile", tmp_path / "split" / f"two_logs.part{index:02d}.onnx", "-o", f"{tmp_path / 'parts'}/", *plan["compile_args"], *extra)
-        assert part.returncode == 0, part.stderr
-    stitched = run_cli("stitch", tmp_path / "split" / "two_logs.parts.json", "--parts", tmp_path / "parts", "-o", tmp_path / "out")
-    assert stitched.returncode == 0, stitched.stderr
-    assert _graph_nodes(tmp_path / "out" / "two_logs_ctx.onnx")[0] == FRAGILE
-    verified = run_cli("verify", tmp_path / "out" / "two_logs_ctx.onnx", "--reference", model, "--input", f"x={tones}")
-    assert verified.returncode == 0, verified.stderr
-    assert _published_snr(tmp_path / "out" / "two_logs_ctx.onnx", model, [tones_over_silence(seed) for seed in (1, 2)]) >= FP16_SNR_DB
+    assert "--fallback auto does not work with --partition yet: it finds the nodes to move by compiling the whole graph" in result.stderr
+    assert "compile without --partition, or keep it and name the nodes with --cpu-nodes NODE" in result.stderr
 
 
 def test_a_cut_too_narrow_is_widened_over_rounds(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
@@ -164,3 +164,11 @@ def test_a_cut_too_narrow_is_widened_over_rounds(two_logs: tuple[Path, Path], tm
     assert "fallback: moving node add_eps (Add) alone" in result.stderr and "fallback: moving node square (Mul) alone" in result.stderr
     record = _assert_only_the_fragile_nodes_on_the_cpu(out, model)
     assert [r["cut"] for r in record["rounds"]] == [["log_tiny"], ["add_eps", "log_tiny"]] and record["requested"] == ["log_tiny"]
+
+
+def test_split_refuses_cpu_nodes_naming_what_works(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """The parts plan cannot carry pins: split says so rather than dropping them."""
+    model, _ = two_logs
+    result = run_cli("split", model, "-o", tmp_path / "split", "--ep", "qnn", "--cpu-nodes", "log_tiny")
+    assert result.returncode == 2 and not (tmp_path / "split").exists()
+    assert "compile the model with --partition --cpu-nodes NODE" in result.stderr

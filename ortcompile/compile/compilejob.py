@@ -91,7 +91,7 @@ class CompileJob:
         workers.label = plan.worker_label
         try:
             digest = digester.submit(digest_inputs_in_background, plan.source.path.absolute(), plan.source.external_files)
-            if plan.options.partition is not None:  # split, compile the parts, stitch: the stitch is what finish publishes
+            if plan.options.partition is not None and not plan.options.cpu_nodes:  # split, compile the parts, stitch: the stitch is what finish publishes
                 with Staging(plan.output_dir) as staging:
                     stitch = self._guarded(lambda: partitioned_stitch(plan, staging.path, self.reporter, self.timings, self.created_dirs, compile_part))
                     built = self._guarded(lambda: stitch.build(staging.path))

@@ -155,7 +155,8 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
             job.request_override = pinned_request(base_request, state.pins, staging.path)
             state.placement = {}
             state.how = state.place(state.pins)
-            stitch = _cut(job, state, staging.path, compile_part) if state.how.cut else None  # some nodes of an op type, not all
+            # some nodes of an op type, not all: cut around them; --partition: split by its budget too
+            stitch = _cut(job, state, staging.path, compile_part) if state.how.cut or job.plan.options.partition else None
             if stitch is not None:
                 built, result = stitch.build(staging.path), stitch.result
             else:
@@ -164,8 +165,8 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                 return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
-                if report is None or not report.outputs_differ:
-                    raise
+                if report is None or not report.outputs_differ or job.plan.options.partition is not None:
+                    raise  # (--partition: localizing would compile the whole graph, which --partition avoids)
                 divergence = _localize(job, staging.path, workers, report)
                 state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})

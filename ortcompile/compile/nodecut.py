@@ -29,7 +29,7 @@ from ortcompile.compile.cpunodes import CpuPins, cpu_placement
 from ortcompile.compile.finish import Built, Finished, FinishPlan, given_inputs
 from ortcompile.compile.parts import COMPILED_DIR, PARTS_DIR, compile_parts
 from ortcompile.compile.partsplan import PartsPlan
-from ortcompile.compile.split import part_cli_args, part_options, plan_record, split_model
+from ortcompile.compile.split import part_budget, part_cli_args, part_options, plan_record, split_model
 from ortcompile.compile.stitch import StitchJob
 from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import EPCONTEXT
@@ -43,6 +43,7 @@ class CannotCut(CompilationFailed):
     the pinned nodes' whole op types instead."""
 
 
+UNBOUNDED = 1 << 62  # no budget: without --partition, the graph is cut only around the pinned nodes
 ALL_NODES = "*"  # --cpu-nodes glob naming every node of a part: the EP takes none of it
 CompileOne = Callable[[Path, Path, CompileOptions], CompileResult]
 
@@ -87,9 +88,9 @@ def placement_of(model: Any, pins: CpuPins) -> Placement:
     return Placement(tuple(sorted(whole)), tuple(n for n, _ in order), tuple(t for _, t in order))
 
 
-def cut_points(model: Any, placement: Placement) -> tuple[list[int], set[int]]:
-    """Where to cut (node indices a part starts at) so that each run of cut nodes is a part of its own, and the
-    indices of those parts. Nodes of the op types refused whole that sit next to such a run join it (one part less
+def cut_points(model: Any, placement: Placement) -> tuple[list[int], list[bool]]:
+    """Where to cut (node indices a part starts at) so that each run of cut nodes is a part of its own, and which
+    nodes those parts hold. Nodes of the op types refused whole that sit next to such a run join it (one part less
     for the EP); the others stay in the EP's parts, refused there by op_affinity."""
     wanted = set(placement.cut)
     nodes = list(model.graph.node)
@@ -99,9 +100,7 @@ def cut_points(model: Any, placement: Placement) -> tuple[list[int], set[int]]:
         for i in order:
             neighbour = i - 1 if order.step == 1 else i + 1
             on_cpu[i] = on_cpu[i] or (whole[i] and on_cpu[neighbour])
-    cuts = [i for i in range(1, len(on_cpu)) if on_cpu[i] != on_cpu[i - 1]]
-    starts = [0, *cuts]
-    return cuts, {k for k, start in enumerate(starts) if on_cpu[start]}
+    return [i for i in range(1, len(on_cpu)) if on_cpu[i] != on_cpu[i - 1]], on_cpu
 
 
 class PlacedStitch(StitchJob):
@@ -123,29 +122,37 @@ class PlacedStitch(StitchJob):
 
 
 def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, job: Any, compile_one: CompileOne, state: Any) -> PlacedStitch:
-    """Split `plan`'s source around `placement.cut` into `staging_dir`, compile the parts (the cut ones with the EP
-    taking nothing) and the StitchJob that joins them there. `job`: the CompileJob (reporter, timings, created dirs);
+    """Split `plan`'s source around `placement.cut` (and by --partition's budget) into `staging_dir`, compile the parts
+    (the cut ones with the EP taking nothing) and the StitchJob that joins them there. `job`: the CompileJob (reporter, timings, created dirs);
     `state`: the fallback's (fallback.py), whose record goes into the manifest and the result."""
     import onnx
 
     options = plan.options
     model = onnx.load_model(str(plan.source.path), load_external_data=False)
-    cuts, cpu_parts = cut_points(model, placement)
+    cuts, on_cpu = cut_points(model, placement)
     parts_dir, compiled_dir = staging_dir / PARTS_DIR, staging_dir / COMPILED_DIR
     parts_dir.mkdir()
     compiled_dir.mkdir()
     clock = time.perf_counter()
-    job.reporter.stage(f"cutting {plan.source.path.name} around {len(placement.cut)} node{'s' if len(placement.cut) > 1 else ''} for the CPU EP")
-    as_split = dataclasses.replace(options, cpu_nodes=(), fallback="off", partition=PartitionOptions(None))
+    if placement.cut:
+        job.reporter.stage(f"cutting {plan.source.path.name} around {len(placement.cut)} node{'s' if len(placement.cut) > 1 else ''} for the CPU EP")
+    else:
+        job.reporter.stage(f"splitting {plan.source.path.name}")
+    partition = options.partition or PartitionOptions(None)
+    budget = part_budget(options) if options.partition else UNBOUNDED
+    as_split = dataclasses.replace(options, cpu_nodes=(), fallback="off", partition=partition)
     record = {**plan_record(plan, None, parts_dir), "options": as_split.recorded(plan.ep.info.short_name, plan.require_compiled, plan.compiles),
               "compile_args": part_cli_args(part_options(as_split))}
     try:
-        split = split_model(plan.source, parts_dir, 1, plan.pins, options.layout, options.freeze, record, link_sources=True,
+        split = split_model(plan.source, parts_dir, budget, plan.pins, options.layout, options.freeze, record, link_sources=True,
                             given=given_inputs(options.freeze, options.inputs) if options.inputs else None, cuts=cuts)
     except CompilationFailed as exc:  # (not UsageError: a wrong --input is the user's to fix either way)
+        if options.partition:
+            raise  # --partition cannot be split either: no whole compile to fall back on
         raise CannotCut(exc.message, exc.detail) from exc
     job.timings["split"] = time.perf_counter() - clock
     by_name = {name: index for index, name in enumerate(split.parts)}
+    cpu_parts = {k for k, spec in enumerate(split.plan.parts) if all(on_cpu[spec.start : spec.stop])}
     whole = set(placement.op_types)
 
     def compile_part(path: Path, out: Path, part: CompileOptions) -> CompileResult:
@@ -162,7 +169,7 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     clock = time.perf_counter()
     with warnings.catch_warnings():  # the cut parts compile to nothing on purpose
         warnings.filterwarnings("ignore", r".*compiled no nodes \(--allow-partial\)", OrtCompileWarning)
-        results = compile_parts(split, compiled_dir, part_options(as_split), PartitionOptions(None), compile_part, job.reporter)
+        results = compile_parts(split, compiled_dir, part_options(as_split), partition, compile_part, job.reporter)
     job.timings["compile"] = time.perf_counter() - clock
     stitch = PlacedStitch(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep,
                           plan.source.path, job.reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=job.created_dirs,

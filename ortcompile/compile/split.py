@@ -27,7 +27,7 @@ from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_cuts, pla
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.durable import write_new
-from ortcompile.errors import CompilationFailed, InvalidModel, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
@@ -69,7 +69,7 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
     would check them after every part compiled.
 
-    `cuts` (compile/nodecut.py): cut before these node indices instead of by `budget`."""
+    `cuts` (compile/nodecut.py): cut before these node indices too, besides where `budget` cuts."""
     import onnx
 
     require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
@@ -81,7 +81,9 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     apply_pins(model, pins)
     types = _value_types(model)
     sizes = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
-    plan = plan_partition(model, sizes, budget) if cuts is None else plan_cuts(model, sizes, cuts)
+    plan = plan_partition(model, sizes, budget)
+    if cuts is not None:
+        plan = plan_cuts(model, sizes, [*cuts, *(part.start for part in plan.parts)], budget)
     stem = strip_onnx(source.path.name)
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
@@ -227,6 +229,9 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
     each part with them and stitches into `stitch_output` (None: `stitched/` in `out_dir`)."""
     reporter = reporter or SilentReporter()
+    if options.cpu_nodes or options.fallback == "auto":  # the parts plan cannot carry them (compile places nodes itself)
+        raise UsageError("--cpu-nodes/--fallback auto do not work with split: compile the model with --partition --cpu-nodes NODE, "
+                         "or add --cpu-nodes NODE to the compile of the part that holds the node")
     out = Path(out_dir)
     args = part_cli_args(part_options(options))
     make_fragment(out, strip_onnx(Path(source_path).name), 0, args, stitch_output)  # names Make cannot carry: refused before any work
