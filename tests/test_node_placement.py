@@ -172,3 +172,16 @@ def test_split_refuses_cpu_nodes_naming_what_works(two_logs: tuple[Path, Path], 
     result = run_cli("split", model, "-o", tmp_path / "split", "--ep", "qnn", "--cpu-nodes", "log_tiny")
     assert result.returncode == 2 and not (tmp_path / "split").exists()
     assert "compile the model with --partition --cpu-nodes NODE" in result.stderr
+
+
+def test_partition_refusal_offers_cpu_nodes_not_fallback_auto(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """`op:Log` alone is not enough (the EP flushes the epsilon before the CPU's Log): refused, and the next step is
+    one that works with --partition; the parts' own fragmentation is not warned about, the stitched graph's is."""
+    model, tones = two_logs
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--input", f"x={tones}", "--partition", "5000",
+                     "--cpu-nodes", "op:Log")
+    assert result.returncode == 1, result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("ortcompile: error:"))
+    assert "not published: output 'y' differs" in error and "next: --cpu-nodes NODE for more nodes to keep on the CPU EP" in error
+    assert "--fallback auto to move" not in error and not (tmp_path / "out" / "two_logs_ctx.onnx").exists()
+    assert "two_logs.onnx: the qnn graph is fragmented" in result.stderr and "part00.onnx: the qnn graph is fragmented" not in result.stderr

@@ -165,8 +165,10 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                 return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
-                if report is None or not report.outputs_differ or job.plan.options.partition is not None:
-                    raise  # (--partition: localizing would compile the whole graph, which --partition avoids)
+                if report is None or not report.outputs_differ:
+                    raise
+                if job.plan.options.partition is not None:  # localizing would compile the whole graph, which --partition avoids
+                    raise partition_refusal(exc, state) from exc
                 divergence = _localize(job, staging.path, workers, report)
                 state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
@@ -234,6 +236,18 @@ def next_pins(pins: CpuPins, divergence: Divergence, findings: list[Finding]) ->
         moving += [n for f in findings if f.severity == "warning" for n in (f.nodes or (f.node,))]
     known = [n for n in moving if n in ops]
     return pins.adding((ops[n] for n in known), known)
+
+
+def partition_refusal(exc: CompilationFailed | VerificationFailed, state: FallbackState) -> CompilationFailed | VerificationFailed:
+    """The check's error under --partition, whose next steps cannot include --fallback auto (refused with it)."""
+    report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
+    failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
+    step = ("--cpu-nodes NODE for more nodes to keep on the CPU EP ('ortcompile inspect MODEL --lint' lists the fp16-fragile ones; "
+            "--fallback auto finds them in a compile without --partition)")
+    purpose = "verify" if isinstance(exc, VerificationFailed) else "check"
+    error = type(exc)(f"{failure}; {next_steps(purpose, first=step)}", detail=exc.detail)
+    error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]
+    return error
 
 
 def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence, job: CompileRound, state: FallbackState,

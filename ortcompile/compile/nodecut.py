@@ -167,8 +167,9 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
         return compile_one(path, out, part)
 
     clock = time.perf_counter()
-    with warnings.catch_warnings():  # the cut parts compile to nothing on purpose
+    with warnings.catch_warnings():  # the cut parts compile to nothing on purpose; the stitched graph's fragmentation is judged
         warnings.filterwarnings("ignore", r".*compiled no nodes \(--allow-partial\)", OrtCompileWarning)
+        warnings.filterwarnings("ignore", r".*\.part\d+\.onnx: the \S+ graph is fragmented", OrtCompileWarning)
         results = compile_parts(split, compiled_dir, part_options(as_split), partition, compile_part, job.reporter)
     job.timings["compile"] = time.perf_counter() - clock
     stitch = PlacedStitch(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep,
