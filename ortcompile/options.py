@@ -75,8 +75,10 @@ class CompileOptions:
         _require_positive(self.max_context_size, "max_context_size (--max-context-size)")
         if self.fallback not in ("off", "auto"):
             raise UsageError(f"fallback {self.fallback!r}: expected off or auto")
-        if (self.cpu_nodes or self.fallback == "auto") and (self.partition is not None or self.share_weights):
-            raise UsageError("--cpu-nodes/--fallback auto do not work with --partition or --share-weights yet; compile the model on its own")
+        if (self.cpu_nodes or self.fallback == "auto") and self.share_weights:
+            raise UsageError(_PINS_WITH_SHARED.format(flag="--fallback auto" if self.fallback == "auto" else "--cpu-nodes"))
+        if self.fallback == "auto" and self.partition is not None:
+            raise UsageError(_FALLBACK_WITH_PARTITION)
         if self.ep_library and _names_cpu_ep(self.ep):
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
@@ -129,6 +131,17 @@ def _require_positive(value: int | None, what: str) -> None:
 
 def _names_cpu_ep(ep: str) -> bool:
     return ep.strip().lower() in KNOWN_EPS["cpu"].names()
+
+
+# --cpu-nodes/--fallback auto place nodes themselves (compile/fallback.py, compile/nodecut.py): op_affinity, or a cut
+# of the graph when only some nodes of an op type leave the EP; --fallback auto localizes on the whole graph.
+_FALLBACK_WITH_PARTITION = (
+    "--fallback auto does not work with --partition yet: it finds the nodes to move by compiling the whole graph as a "
+    "diagnostic copy, which --partition exists to avoid; compile without --partition, or keep it and name the nodes with "
+    "--cpu-nodes NODE ('ortcompile inspect MODEL --lint' lists the fp16-fragile ones; 'ortcompile verify' of an output "
+    "published with --check load names the first diverging node)")
+_PINS_WITH_SHARED = ("{flag} does not work with --share-weights yet: the models' EP context is compiled in one pass, which the "
+                     "placement does not drive; compile the model on its own")
 
 
 @dataclass

@@ -165,9 +165,9 @@ def test_fallback_auto_needs_a_check_that_runs(frontend: tuple[Path, Path], tmp_
     assert result.returncode == 2 and "--fallback auto" in result.stderr and "--check load" in result.stderr
 
 
-def test_cpu_nodes_with_partition_is_refused_before_any_work(frontend: tuple[Path, Path], tmp_path: Path) -> None:
+def test_fallback_auto_with_partition_is_refused_before_any_work(frontend: tuple[Path, Path], tmp_path: Path) -> None:
     model, _ = frontend
-    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--cpu-nodes", "log", "--partition", "auto")
+    result = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--fallback", "auto", "--partition", "auto")
     assert result.returncode == 2 and "--partition" in result.stderr
     assert not (tmp_path / "out").exists()
 

@@ -118,7 +118,8 @@ def compile_placement(result: dict[str, Any]) -> list[str]:
              for ep, ops in _ep_first(placement, result["ep"])]
     if result["epcontext_nodes"] and result["remaining_ops"]:
         why = f"ortcompile inspect {shlex.quote(result['source'])} --placement --ep {short_name_for(result['ep'])}"
-        pinned = (result.get("fallback") or {}).get("op_types")
+        fallback = result.get("fallback") or {}
+        pinned = [*fallback.get("op_types", []), *(f"node {n}" for n in fallback.get("cut", []))]
         reason = f"kept off it: {', '.join(pinned)} (--cpu-nodes/--fallback); '{why}' shows the rest's reasons" if pinned else f"'{why}' shows its reasons"
         lines.append(f"{name}: {result['ep']} refused {_ops(result['remaining_ops'])}; they run on the CPU EP ({reason})")
     return lines

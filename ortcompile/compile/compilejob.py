@@ -91,12 +91,12 @@ class CompileJob:
         workers.label = plan.worker_label
         try:
             digest = digester.submit(digest_inputs_in_background, plan.source.path.absolute(), plan.source.external_files)
-            if plan.options.partition is not None:  # split, compile the parts, stitch: the stitch is what finish publishes
+            if plan.options.partition is not None and not plan.options.cpu_nodes:  # split, compile the parts, stitch: the stitch is what finish publishes
                 with Staging(plan.output_dir) as staging:
                     stitch = self._guarded(lambda: partitioned_stitch(plan, staging.path, self.reporter, self.timings, self.created_dirs, compile_part))
                     built = self._guarded(lambda: stitch.build(staging.path))
                     return stitch.result(built, finish([built], staging, workers, [digest])[0])
-            return run_rounds(self, workers, digest)  # build -> finish, again with nodes moved off the EP (--fallback auto)
+            return run_rounds(self, workers, digest, compile_part)  # build -> finish, again with nodes moved off the EP (--fallback auto)
         except BaseException:
             remove_created_dirs(self.created_dirs)  # a failed run leaves no empty output directory behind
             raise

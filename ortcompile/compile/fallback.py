@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
+from ortcompile.compile.nodecut import CannotCut, CompileOne, PlacedStitch, Placement, placed_stitch, placement_of
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
@@ -71,14 +72,23 @@ class FallbackState:
     findings: list[Finding] = field(default_factory=list)
     rounds: list[dict[str, Any]] = field(default_factory=list)  # one per failed check: the pins, worst SNR, divergence
     placement: dict[str, Any] = field(default_factory=dict)  # the published graph's CPU nodes and partitions
+    how: Placement = field(default_factory=Placement)  # this round's: op types refused whole, nodes cut out (nodecut.py)
+    model: Any = None  # the source's graph (no weights): what the pins are placed in
+    can_cut: bool = True  # False once the graph could not be cut (nodecut.CannotCut): whole op types from then on
+
+    def place(self, pins: CpuPins) -> Placement:
+        """How `pins` leave the EP: whole op types, and nodes cut out while the graph can be cut."""
+        if not pins:
+            return Placement()
+        return placement_of(self.model, pins) if self.can_cut else Placement(pins.op_types)
 
     def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
         if not self.pins and not self.rounds:
             return None
-        return {"requested": list(self.pins.patterns), "op_types": list(self.pins.op_types), "moved": list(self.pins.nodes),
+        return {"requested": list(self.pins.patterns), "op_types": list(self.how.op_types), "cut": list(self.how.cut), "moved": list(self.pins.nodes),
                 "nodes": [n["name"] for n in self.placement.get("nodes", [])], "partitions": self.placement.get("partitions", 0),
-                "rounds": [{"op_types": r["op_types"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
+                "rounds": [{"op_types": r["op_types"], "cut": r["cut"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
                 "worst_snr_db_before": self.rounds[0]["worst_snr_db"] if self.rounds else None,
                 "worst_snr_db_after": worst_snr(check_report)}
 
@@ -94,7 +104,7 @@ class FallbackState:
         record = self.record(check_report) or {}
         if not record:
             return ""
-        moved = f"moved to the CPU EP: {', '.join(self.pins.op_types)}"
+        moved = f"moved to the CPU EP: {self.how.describe()}"
         nodes, partitions = len(record["nodes"]), record["partitions"]
         counts = f"{nodes} node{'s' if nodes != 1 else ''} in {partitions} CPU partition{'s' if partitions != 1 else ''}"
         if not self.rounds:
@@ -130,27 +140,37 @@ def start_state(job: CompileRound) -> FallbackState:
             warnings.warn(f"{plan.source.path.name}: fp16: {finding.describe()}", OrtCompileWarning, stacklevel=2)
         else:
             job.reporter.detail(f"fp16 lint: {finding.describe()}")
-    return FallbackState(pins, findings)
+    return FallbackState(pins, findings, model=model)
 
 
-def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest]) -> CompileResult:
-    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry."""
+def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest], compile_part: CompileOne) -> CompileResult:
+    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry.
+    `compile_part`: job.compile_model, what the parts of a graph cut around pinned nodes compile with (nodecut.py)."""
     state = start_state(job)
     job.fallback = state
     base_request = job.plan.request
     for round_index in range(MAX_ROUNDS + 1):
         with Staging(job.plan.output_dir) as staging:
+            # (the localization runs the whole graph: there the pinned nodes' op types are all refused to the EP)
             job.request_override = pinned_request(base_request, state.pins, staging.path)
             state.placement = {}
-            built = job.build(staging.path, workers)  # (its graph pass reads this round's placement into state)
+            state.how = state.place(state.pins)
+            # some nodes of an op type, not all: cut around them; --partition: split by its budget too
+            stitch = _cut(job, state, staging.path, compile_part) if state.how.cut or job.plan.options.partition else None
+            if stitch is not None:
+                built, result = stitch.build(staging.path), stitch.result
+            else:
+                built, result = job.build(staging.path, workers), job.result  # (its graph pass reads the placement into state)
             try:
-                return job.result(built, finish([built], staging, workers, [digest])[0])
+                return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
                 report = getattr(exc, "parity_report", None)
                 if report is None or not report.outputs_differ:
                     raise
+                if job.plan.options.partition is not None:  # localizing would compile the whole graph, which --partition avoids
+                    raise partition_refusal(exc, state) from exc
                 divergence = _localize(job, staging.path, workers, report)
-                state.rounds.append({"op_types": list(state.pins.op_types), "worst_snr_db": worst_snr_of(report.outputs),
+                state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": worst_snr_of(report.outputs),
                                      "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
                 job.reporter.detail(f"check: {divergence.summary()}")
                 from ortcompile.readback.localize import divergence_table  # see LAZY_IMPORTS (--if-changed)
@@ -158,14 +178,27 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest])
                 for line in divergence_table(divergence):
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
-                if job.plan.options.fallback != "auto" or more.op_types == state.pins.op_types or round_index == MAX_ROUNDS:
+                how = state.place(more)
+                if job.plan.options.fallback != "auto" or how == state.how or round_index == MAX_ROUNDS:
                     raise refusal(exc, divergence, job, state, more) from exc
-                job.reporter.stage(f"fallback: moving {', '.join(sorted(set(more.op_types) - set(state.pins.op_types)))} to the CPU EP")
+                job.reporter.stage(f"fallback: moving {how.describe(state.how)} to the CPU EP")
                 state.pins = more
             finally:
                 job.request_override = None
         workers.renew()  # a fresh EP state for the next compile, as every compile gets
     raise AssertionError("unreachable")
+
+
+def _cut(job: CompileRound, state: FallbackState, staging_dir: Path, compile_part: CompileOne) -> PlacedStitch | None:
+    """The graph cut around the pinned nodes and its parts compiled; None when it cannot be cut there (the pinned
+    nodes' op types are then refused whole, said in a warning: more moves than was asked)."""
+    try:
+        return placed_stitch(job.plan, state.how, staging_dir, job, compile_part, state)
+    except CannotCut as exc:
+        warnings.warn(f"{job.plan.source.path.name}: cannot cut the graph around {', '.join(state.how.cut)} ({exc.message}): "
+                      f"moving every node of {', '.join(state.pins.op_types)} to the CPU EP instead", OrtCompileWarning, stacklevel=2)
+        state.can_cut, state.how = False, Placement(state.pins.op_types)
+        return None
 
 
 def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: Any) -> Divergence:
@@ -205,6 +238,18 @@ def next_pins(pins: CpuPins, divergence: Divergence, findings: list[Finding]) ->
     return pins.adding((ops[n] for n in known), known)
 
 
+def partition_refusal(exc: CompilationFailed | VerificationFailed, state: FallbackState) -> CompilationFailed | VerificationFailed:
+    """The check's error under --partition, whose next steps cannot include --fallback auto (refused with it)."""
+    report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
+    failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
+    step = ("--cpu-nodes NODE for more nodes to keep on the CPU EP ('ortcompile inspect MODEL --lint' lists the fp16-fragile ones; "
+            "--fallback auto finds them in a compile without --partition)")
+    purpose = "verify" if isinstance(exc, VerificationFailed) else "check"
+    error = type(exc)(f"{failure}; {next_steps(purpose, first=step)}", detail=exc.detail)
+    error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]
+    return error
+
+
 def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence, job: CompileRound, state: FallbackState,
             more: CpuPins) -> CompilationFailed | VerificationFailed:
     """The check's error, with where the outputs start to differ and what to do next."""
@@ -216,7 +261,7 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     if not can_pin:
         step = None  # this EP cannot keep nodes off it: --cpu-nodes / --fallback would be refused
     elif job.plan.options.fallback == "auto":
-        tried = ", ".join(state.pins.op_types) or "nothing"
+        tried = state.how.describe() if state.pins else "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     else:
         step = placement_step(nodes)

@@ -63,6 +63,23 @@ def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> Par
             cuts.append(cut)
             start, held = cut, set().union(*node_weights[cut : index])
         held |= weights
+    return _plan_at(graph, cuts, budget, reads, node_weights, weight_bytes, initializers)
+
+
+def plan_cuts(model: Any, weight_bytes: dict[str, int], cuts: Iterable[int], budget: int) -> PartitionPlan:
+    """`model`'s main graph cut before each node index in `cuts` (compile/nodecut.py: nodes kept off the EP become
+    parts of their own); the budget recorded is `budget`, or the largest part's weights when that is smaller."""
+    graph = model.graph
+    initializers = {t.name for t in graph.initializer}
+    reads = [sorted(node_reads(n) - {""}) for n in graph.node]
+    node_weights = [{name for name in r if name in initializers} for r in reads]
+    cuts = sorted({c for c in cuts if 0 < c < len(graph.node)})
+    plan = _plan_at(graph, cuts, 1, reads, node_weights, weight_bytes, initializers)
+    return PartitionPlan(min(budget, max(1, *(p.weight_bytes for p in plan.parts))), plan.parts, plan.nodes)
+
+
+def _plan_at(graph: Any, cuts: list[int], budget: int, reads: list[list[str]], node_weights: list[set[str]], weight_bytes: dict[str, int],
+             initializers: set[str]) -> PartitionPlan:
     bounds = list(zip([0, *cuts], [*cuts, len(graph.node)]))
     return PartitionPlan(budget, tuple(_part(k, a, b, graph, reads, node_weights, weight_bytes, initializers) for k, (a, b) in enumerate(bounds)),
                          len(graph.node))

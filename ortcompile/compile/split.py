@@ -23,11 +23,11 @@ from typing import Any
 from ortcompile.compile.datapass import DataPass, FileSink
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.makefrag import fragment_name, make_fragment
-from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_partition
+from ortcompile.compile.partition import PartitionPlan, PartSpec, plan_cuts, plan_partition
 from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, plan_file_name, skeleton_name, write_plan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.durable import write_new
-from ortcompile.errors import CompilationFailed, InvalidModel, output_error
+from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
@@ -56,7 +56,8 @@ class SplitResult:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
+                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None,
+                cuts: Sequence[int] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
 
@@ -66,7 +67,9 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     a plan records no part digests (nothing else compiles those parts).
 
     `given` (--input): checked against the source's inputs before anything is cut, as the check of the stitched model
-    would check them after every part compiled."""
+    would check them after every part compiled.
+
+    `cuts` (compile/nodecut.py): cut before these node indices too, besides where `budget` cuts."""
     import onnx
 
     require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes
@@ -79,6 +82,8 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     types = _value_types(model)
     sizes = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
     plan = plan_partition(model, sizes, budget)
+    if cuts is not None:
+        plan = plan_cuts(model, sizes, [*cuts, *(part.start for part in plan.parts)], budget)
     stem = strip_onnx(source.path.name)
     names = [part_name(stem, part.index) for part in plan.parts]
     try:
@@ -224,6 +229,9 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     `options` are the compile options (what shapes the output, and `partition` for the budget); the fragment compiles
     each part with them and stitches into `stitch_output` (None: `stitched/` in `out_dir`)."""
     reporter = reporter or SilentReporter()
+    if options.cpu_nodes or options.fallback == "auto":  # the parts plan cannot carry them (compile places nodes itself)
+        raise UsageError("--cpu-nodes/--fallback auto do not work with split: compile the model with --partition --cpu-nodes NODE, "
+                         "or add --cpu-nodes NODE to the compile of the part that holds the node")
     out = Path(out_dir)
     args = part_cli_args(part_options(options))
     make_fragment(out, strip_onnx(Path(source_path).name), 0, args, stitch_output)  # names Make cannot carry: refused before any work

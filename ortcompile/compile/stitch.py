@@ -71,6 +71,7 @@ class StitchJob:
     part_results: list[CompileResult] = field(default_factory=list)  # --partition: each part's compile
     part_manifests: list[Manifest] = field(default_factory=list)
     source_missing: str = ""  # why `source` is None: the check loads only
+    pinned: frozenset[str] = frozenset()  # op types kept off the EP on purpose (compile/nodecut.py): not the EP's refusal
 
     @classmethod
     def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,
@@ -111,7 +112,7 @@ class StitchJob:
                                     "pass --allow-partial to publish it for the CPU EP")
         if self.ep.info.compiles:  # the parts may each be whole while CPU nodes sit between them
             judge_fragmentation(step.graph_proto, Path(self.plan.source).name, self.ep.info.short_name, self.ep.name,
-                                bool(self.plan.options.get("prepare", True)), self.options.require_full)
+                                bool(self.plan.options.get("prepare", True)), self.options.require_full, self.pinned)
         return Built(self.finish_plan(staging_dir), files, graph, step)
 
     def finish_plan(self, staging_dir: Path) -> FinishPlan:
