@@ -96,6 +96,20 @@ class CompileOptions:
             (record.setdefault(group, {}) if group else record)[key] = _plain(value)
         return record
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any], table: Sequence[Option] = TABLE, **overrides: Any) -> CompileOptions:
+        """The options an output's record says it was made with (`recorded`'s inverse, by the same table), plus the
+        caller's `overrides`. How a model was cut (recorded when partitioned) is not read back: give it as an override."""
+        values: dict[str, Any] = {}
+        for entry in table:
+            if entry.recorded is None or entry.field is None or entry.recorded.when == "partitioned":
+                continue
+            found, value = _recorded_at(record, entry.recorded.key)
+            if found:
+                values[entry.field] = _unplain(value)
+        layout = {path.split(".", 1)[1]: values.pop(path) for path in [k for k in values if k.startswith("layout.")]}
+        return cls(**{**values, **({"layout": LayoutPolicy(**layout)} if layout else {}), **overrides})
+
     def value_at(self, path: str) -> Any:
         """The value of a field by the option table's path ("layout.align"; None under an unset record)."""
         value: Any = self
@@ -119,6 +133,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in sorted(value.items())}
     return list(value) if isinstance(value, tuple) else value
+
+
+def _recorded_at(record: dict[str, Any], key: str) -> tuple[bool, Any]:
+    """The value a record holds under a table key ("layout.align" nests); (False, None) when it holds none."""
+    value: Any = record
+    for name in key.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return False, None
+        value = value[name]
+    return True, value
+
+
+def _unplain(value: Any) -> Any:
+    """A recorded value as CompileOptions holds it (`_plain`'s inverse): sequences as tuples, also inside tables."""
+    if isinstance(value, dict):
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _require_positive(value: int | None, what: str) -> None:

@@ -12,6 +12,7 @@ planned part), and the list of what split wrote (`split --force` removes only th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -21,7 +22,6 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.durable import write_new
 from ortcompile.errors import InvalidModel, UsageError
-from ortcompile.layout import LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.output.digest import InputDigest
@@ -100,11 +100,8 @@ class PartsPlan:
 
     def compile_options(self, **overrides: Any) -> CompileOptions:
         """The options the parts were planned with (what shapes the output), plus the caller's for finishing."""
-        recorded = self.options
-        return CompileOptions(ep=recorded["ep"], ep_options=eps.recorded_options(recorded["ep_options"], str(self.path)),  # no library
-                              layout=LayoutPolicy(**recorded["layout"]),
-                              embed=recorded["embed"], require_compiled=recorded["require_compiled"], target=recorded.get("target"),
-                              fix_dims=dict(recorded["fix_dims"]), freeze=dict(recorded.get("freeze", {})), **overrides)
+        ep_options = eps.recorded_options(self.options["ep_options"], str(self.path))  # no library
+        return dataclasses.replace(CompileOptions.from_record(self.options, **overrides), ep_options=ep_options)
 
 
 def write_plan(path: Path, document: dict[str, Any]) -> None:
@@ -228,7 +225,7 @@ def _options(value: Any) -> dict[str, Any]:
     for key in ("require_compiled", "share_weights", "prepare"):
         _need(isinstance(options.get(key), bool), f"options.{key}", "must be true or false")
     _need(options["share_weights"] is False, "options.share_weights", "must be false: split does not share weights")
-    fix_dims = _counts(options.get("fix_dims"), "options.fix_dims", 0)
+    _counts(options.get("fix_dims"), "options.fix_dims", 0)
     shapes = _dict(options.get("fix_shapes"), "options.fix_shapes")
     _need(all(_is_str(k) and isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v) for k, v in shapes.items()),
           "options.fix_shapes", "must map input names to lists of dims")
@@ -239,10 +236,9 @@ def _options(value: Any) -> dict[str, Any]:
           "options.partition", "must hold budget and max_context_size (sizes or null)")
     _need("target" not in options or (_is_str(options["target"]) and options["target"]), "options.target", "must be a target name")
     try:
-        rebuilt = CompileOptions(ep=options["ep"], ep_options=ep_options, layout=LayoutPolicy(**layout), embed=options["embed"], fix_dims=fix_dims,
-                                 fix_shapes={k: tuple(v) for k, v in shapes.items()}, require_compiled=options["require_compiled"],
-                                 prepare=options["prepare"], freeze=freeze, partition=PartitionOptions(partition["budget"]),
-                                 max_context_size=partition["max_context_size"], target=options.get("target"))
+        # (split records no --cpu-nodes/--fallback: a plan that does is refused below as recording what split does not)
+        rebuilt = CompileOptions.from_record(options, partition=PartitionOptions(partition["budget"]), max_context_size=partition["max_context_size"],
+                                             cpu_nodes=(), fallback="off")
     except UsageError as exc:
         raise _Invalid("options.layout", f"is not a layout ortcompile writes ({exc.message})") from None
     recorded = rebuilt.recorded(options["ep"], options["require_compiled"], compiles=True)
