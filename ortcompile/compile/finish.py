@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
 from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
-from ortcompile.naming import OutputNames
+from ortcompile.naming import OutputTarget
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import Manifest, Versions, file_entries
@@ -52,8 +52,7 @@ class ManifestPlan:
 class FinishPlan:
     """Everything finish needs to know of one output, as data."""
 
-    names: OutputNames
-    output_dir: Path
+    target: OutputTarget  # where it is published (the plan's record of -o)
     inputs: list[Path]  # files the output must never overwrite
     stamp_source: Path | None  # the source model, for --if-changed's stamp (None: no stamp)
     force: bool
@@ -90,17 +89,17 @@ class Finished:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def open_destination(output_dir: Path, names: OutputNames, force: bool, inputs: list[Path], reporter: Reporter) -> list[Path]:
+def open_destination(target: OutputTarget, force: bool, inputs: list[Path], reporter: Reporter) -> list[Path]:
     """Create the output directory (returning what was created, removed again on failure), refuse to replace an
     output without --force or to overwrite an input, and clean up stages left by killed runs."""
-    created = prepare_output_dir(output_dir)
+    created = prepare_output_dir(target.directory)
     try:
-        check_destination(output_dir, names, force, inputs)
+        check_destination(target, force, inputs)
     except BaseException:
         remove_created_dirs(created)
         raise
-    with directory_lock(output_dir):  # never beside another process's publish (it recovers under the lock too)
-        for stale in remove_stale_stages(output_dir):
+    with directory_lock(target.directory):  # never beside another process's publish (it recovers under the lock too)
+        for stale in remove_stale_stages(target.directory):
             reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
     return created
 
@@ -112,31 +111,31 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load)."""
     first = builds[0].plan
     if unchecked and first.check.mode != "none":
-        warnings.warn(f"{', '.join(b.plan.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
+        warnings.warn(f"{', '.join(b.plan.target.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
     done = []
     for built, digest in zip(builds, digests):
         plan = built.plan
         if unchecked:
             outcome = CheckOutcome({"mode": "none", "passed": None, "reason": unchecked}, None)
         else:
-            outcome = run_check(staging.path / plan.names.model, plan.check, workers, plan.reporter)
+            outcome = run_check(staging.path / plan.target.names.model, plan.check, workers, plan.reporter)
         manifest = manifest_for(built, digest.result(), outcome, shared)
-        write_staged(staging.path / plan.names.manifest, manifest.to_bytes())
+        write_staged(staging.path / plan.target.names.manifest, manifest.to_bytes())
         done.append(Finished(manifest, outcome))
     for built, finished in zip(builds, done):  # every model of the batch, before anything is published
         if built.plan.verify is None:
             continue
         verified = _verified_by_the_check(finished.check, built.plan)
-        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.names.model, built.plan.verify, built.plan.reporter)
+        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
     first.reporter.stage("publishing")
-    staging.publish(_publish_order(builds), [b.plan.names for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
+    staging.publish(_publish_order(builds), [b.plan.target for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
     for built, finished, digest in zip(builds, done, digests):
         plan = built.plan
         finished.timings["publish"] = time.perf_counter() - clock
         if plan.stamp_source is not None:
-            write_stamp(plan.output_dir, plan.names, plan.stamp_source, digest.result())
-        plan.reporter.stage(f"wrote {plan.output_dir / plan.names.model}")
+            write_stamp(plan.target, plan.stamp_source, digest.result())
+        plan.reporter.stage(f"wrote {plan.target.model_path}")
     return done
 
 
@@ -144,7 +143,7 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
     record = built.plan.manifest
     prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
     cpu_nodes = {**record.cpu_nodes, "worst_snr_db_after": worst_snr(check.report)} if record.cpu_nodes else None
-    return Manifest(model=built.plan.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
+    return Manifest(model=built.plan.target.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
                     input_files=digest.input_files, versions=record.versions, options=record.options,
                     nodes=node_counts(record.source_ops, built.graph),
                     initializers={"external": built.step.external_count, "inline": built.step.inline_count},
@@ -246,7 +245,7 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
 def _publish_order(builds: list[Built]) -> list[str]:
     """Data and blobs first, the models after them, the manifests last: a model never points at missing bytes."""
     rest = sorted({f.name for b in builds for f, role in b.files if role != "model"})
-    return [*rest, *(b.plan.names.model for b in builds), *(b.plan.names.manifest for b in builds)]
+    return [*rest, *(b.plan.target.names.model for b in builds), *(b.plan.target.names.manifest for b in builds)]
 
 
 def write_staged(path: Path, content: bytes) -> None:

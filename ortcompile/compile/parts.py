@@ -63,7 +63,7 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
     finally:
         reset_cancel()
     timings["compile"] = time.perf_counter() - clock
-    return StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep, plan.source.path,
+    return StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.target, options, plan.ep, plan.source.path,
                      reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results)
 
 

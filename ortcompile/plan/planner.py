@@ -15,7 +15,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
-from ortcompile.naming import OutputNames
+from ortcompile.naming import OutputNames, OutputTarget
 from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, effective_check
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
@@ -95,10 +95,17 @@ class CompilePlan(_Planned):
     pins: Pins
     require_compiled: bool
     options: CompileOptions
-    output_dir: Path
-    names: OutputNames
+    target: OutputTarget  # where it is published: -o, resolved once by the driver's entry (job.py)
     check: CheckPlan
     verify: VerifyPlan | None
+
+    @property
+    def output_dir(self) -> Path:
+        return self.target.directory
+
+    @property
+    def names(self) -> OutputNames:
+        return self.target.names
 
     @property
     def inputs(self) -> list[Path]:
@@ -111,12 +118,11 @@ class CompilePlan(_Planned):
         return f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime"
 
 
-def plan_compile(source_path: Path, output_dir: Path, options: CompileOptions) -> CompilePlan:
+def plan_compile(source_path: Path, target: OutputTarget, options: CompileOptions) -> CompilePlan:
     """Every decision of one model's compile that can be made (and refused) before work starts."""
     planned = plan_source(source_path, options)
-    source = planned.source
-    return CompilePlan(source, planned.ep, planned.pins, planned.require_compiled, options, output_dir,
-                       OutputNames.for_compile(source.path, options.output_name), _check_plan(planned), _verify_plan(planned))
+    return CompilePlan(planned.source, planned.ep, planned.pins, planned.require_compiled, options, target,
+                       _check_plan(planned), _verify_plan(planned))
 
 
 def _check_plan(planned: SourcePlan) -> CheckPlan:
