@@ -30,7 +30,7 @@ from ortcompile.eps.catalog import short_name_for
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.layout import LayoutPolicy
 from ortcompile.options import CompileOptions, PartitionOptions
-from ortcompile.optiontable import TABLE, Option, configured
+from ortcompile.optiontable import PARTITION_AUTO, TABLE, Option, configured
 from ortcompile.plan.source import read_source
 from ortcompile.trust import why_untrusted
 
@@ -377,7 +377,7 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
         group, _, name = entry.field.rpartition(".")
         (layout if group == "layout" else fields)[name] = value
     parts = values["partition"], values["max_context_size"]
-    partition = None if parts == (None, None) else PartitionOptions(parts[0] or None, jobs, memory_budget)
+    partition = None if parts == (None, None) else PartitionOptions(None if parts[0] == PARTITION_AUTO else parts[0], jobs, memory_budget)
     return CompileOptions(**fields, layout=LayoutPolicy(**layout), partition=partition,
                           **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})})
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from ortcompile.optiontable import CRITERION_NAMES
+from ortcompile.optiontable import CRITERION_NAMES, PARTITION_AUTO, is_auto
 from ortcompile.sizes import parse_size
 
 
@@ -33,13 +33,13 @@ class PositiveByteSize(ByteSize):
 
 
 class PartitionSize(ByteSize):
-    """`auto` (0: the EP's graph size limit, or --max-context-size) or the bytes of weights per part."""
+    """`auto` (PARTITION_AUTO: the planner decides) or the bytes of weights per part."""
 
     name = "auto|SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if str(value).strip().lower() == "auto":
-            return 0
+        if is_auto(value):
+            return PARTITION_AUTO
         size = super().convert(value, param, ctx)
         if size <= 0:
             self.fail("a part must hold a positive size of weights", param, ctx)

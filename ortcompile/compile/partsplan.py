@@ -104,8 +104,15 @@ class PartsPlan:
         return dataclasses.replace(CompileOptions.from_record(self.options, **overrides), ep_options=ep_options)
 
 
-def write_plan(path: Path, document: dict[str, Any]) -> None:
-    write_new(path, json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
+def write_plan(path: Path, document: dict[str, Any], internal: bool = False) -> PartsPlan:
+    """Write the plan file and return it as `PartsPlan.load` would read it (checked by the same reader; the file is
+    for stitch in another process: the writer keeps what it wrote)."""
+    written = {"format": PARTS_FORMAT, **document}
+    write_new(path, json.dumps(written, indent=2, sort_keys=True) + "\n")
+    try:
+        return _read(path, written, internal)
+    except _Invalid as exc:  # split wrote what its own reader refuses: a bug, said as plainly as a bad plan
+        raise InvalidModel(f"{path}: invalid parts plan: {exc.field!r} {exc.problem}; write it again with ortcompile split") from None
 
 
 # ---------------------------------------------------------------- validation

@@ -7,6 +7,7 @@ compile); `plan_compile` adds where the output goes and what the check and --ver
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,8 @@ from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.sizes import format_size
 
+DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
+
 
 class _Planned:
     """What both plans answer from their source, EP and options."""
@@ -30,18 +33,27 @@ class _Planned:
     pins: Pins
     require_compiled: bool
     options: CompileOptions
+    request: EpRequest
 
     @property
     def compiles(self) -> bool:
         return self.ep.info.compiles
 
     @property
-    def request(self) -> EpRequest:
-        return ep_request(self.options)
-
-    @property
     def precision(self) -> str:
         return ep_precision(self.ep, self.source.op_counts)
+
+    @property
+    def part_budget(self) -> int:
+        """--partition: the bytes of weights per part, decided here once: SIZE, else --max-context-size, else the EP's
+        graph limit (`auto`: PartitionOptions.budget None)."""
+        assert self.options.partition is not None
+        return self.options.partition.budget or self.options.max_context_size or DEFAULT_CONTEXT_SIZE
+
+    @property
+    def part_options(self) -> CompileOptions:
+        """--partition: the options each part is compiled with."""
+        return part_options(self.options)
 
     def recorded_options(self) -> dict[str, Any]:
         """The options that shape the output, as the manifest and the parts plan record them."""
@@ -57,6 +69,7 @@ class SourcePlan(_Planned):
     pins: Pins
     require_compiled: bool
     options: CompileOptions
+    request: EpRequest  # --ep, --ep-option, --target, --ep-library as every session, probe and check asks for the EP: made once here
 
 
 @dataclass(frozen=True)
@@ -95,6 +108,7 @@ class CompilePlan(_Planned):
     pins: Pins
     require_compiled: bool
     options: CompileOptions
+    request: EpRequest
     target: OutputTarget  # where it is published: -o, resolved once by the driver's entry (job.py)
     check: CheckPlan
     verify: VerifyPlan | None
@@ -121,7 +135,7 @@ class CompilePlan(_Planned):
 def plan_compile(source_path: Path, target: OutputTarget, options: CompileOptions) -> CompilePlan:
     """Every decision of one model's compile that can be made (and refused) before work starts."""
     planned = plan_source(source_path, options)
-    return CompilePlan(planned.source, planned.ep, planned.pins, planned.require_compiled, options, target,
+    return CompilePlan(planned.source, planned.ep, planned.pins, planned.require_compiled, options, planned.request, target,
                        _check_plan(planned), _verify_plan(planned))
 
 
@@ -158,7 +172,7 @@ def plan_source(source_path: Path, options: CompileOptions) -> SourcePlan:
         require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
     require = ep.info.compiles if options.require_compiled is None else options.require_compiled
     _warn_oversized_for_shards(source, options.layout.shard_size)
-    return SourcePlan(source, ep, pins, require, options)
+    return SourcePlan(source, ep, pins, require, options, ep_request(options))
 
 
 def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> None:
@@ -169,6 +183,16 @@ def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> N
         warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
                       f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
                       OrtCompileWarning, stacklevel=3)
+
+
+def part_options(options: CompileOptions) -> CompileOptions:
+    """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
+    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
+    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
+    on the stitched model)."""
+    return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
+                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
+                               output_name=None, compatibility=False, lint=False)
 
 
 def ep_request(options: CompileOptions) -> EpRequest:
