@@ -188,6 +188,7 @@ TABLE: tuple[Option, ...] = (
 
 INPUT_NAMES = ("input_args", "inputs_file")  # the inputs verify and bench take too (cli/tableopts.py input_options)
 CRITERION_NAMES = ("precision", "rtol", "atol", "min_snr_db", "min_cosine", "min_top1")  # how outputs are judged (verify, bench)
+CriterionSettings = dict[str, float | str]  # criterion settings by CRITERION_NAMES: thresholds, and the precision's name
 
 
 def option(name: str) -> Option:

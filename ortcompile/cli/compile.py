@@ -15,10 +15,11 @@ from ortcompile.cli.tableopts import compile_table_options
 from ortcompile.errors import UsageError
 from ortcompile.naming import Destination
 from ortcompile.native import set_ort_log_level
-from ortcompile.optiontable import option
+from ortcompile.optiontable import CriterionSettings, option
 
 if TYPE_CHECKING:
-    from ortcompile.options import CompileResult
+    from ortcompile.options import CompileResult, JsonRecord
+    from ortcompile.progress import Reporter
 
 
 _EXAMPLES = """\b
@@ -75,7 +76,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     out.result({"outputs": documents}, [summary_line(r) for r in results])
 
 
-def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
+def _placement_detail(documents: list[JsonRecord], reporter: Reporter) -> None:
     """-v: per model, which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
     from ortcompile.cli.render import compile_placement
 
@@ -84,7 +85,7 @@ def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
             reporter.detail(line)
 
 
-def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:
+def _verify_criterion(verify: bool, precision: str | None, settings: CriterionSettings) -> CriterionSettings:
     """The criterion options apply to --verify only: without it they would do nothing, so say so."""
     if not verify and (settings or precision):
         raise UsageError(f"{', '.join(option(k).long_name for k in settings) or '--precision'}: "

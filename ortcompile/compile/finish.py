@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
 from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
 from ortcompile.naming import OutputTarget
+from ortcompile.options import GivenInputs, JsonRecord
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import Manifest, Versions, file_entries
@@ -41,11 +42,11 @@ class ManifestPlan:
     """What the manifest records besides the files, the digest and the check: decided by the driver."""
 
     versions: Versions
-    options: dict[str, Any]
+    options: JsonRecord
     source_ops: dict[str, int]  # the source's op counts: compiled ops = these minus the remaining ones
-    target: dict[str, Any] | None
-    parts: tuple[dict[str, Any], ...] | None = None  # a stitched model's parts
-    cpu_nodes: dict[str, Any] | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
+    target: JsonRecord | None
+    parts: tuple[JsonRecord, ...] | None = None  # a stitched model's parts
+    cpu_nodes: JsonRecord | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,8 @@ class Built:
 
 @dataclass
 class CheckOutcome:
-    record: dict[str, Any]  # for the manifest (deterministic)
-    report: dict[str, Any] | None  # for the result (--json): everything measured
+    record: JsonRecord  # for the manifest (deterministic)
+    report: JsonRecord | None  # for the result (--json): everything measured
     seconds: float = 0.0
     peak_rss_bytes: int = 0
 
@@ -150,12 +151,12 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
                     prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
 
 
-def worst_snr(report: dict[str, Any] | None) -> float | None:
+def worst_snr(report: JsonRecord | None) -> float | None:
     """The check's lowest output SNR (a --fallback record's figure after the nodes moved)."""
     return worst_snr_of((report or {}).get("outputs", []))
 
 
-def worst_snr_of(outputs: Iterable[dict[str, Any]]) -> float | None:
+def worst_snr_of(outputs: Iterable[JsonRecord]) -> float | None:
     """The lowest SNR among compared outputs, to 0.1 dB (None when none has one)."""
     snrs = [o["snr_db"] for o in outputs if o.get("snr_db") is not None]
     return round(min(snrs), 1) if snrs else None
@@ -174,7 +175,7 @@ def _verified_by_the_check(check: CheckOutcome, plan: FinishPlan) -> bool:
     return True
 
 
-def given_inputs(freeze: dict[str, int | float], inputs: dict[str, Any]) -> dict[str, Any]:
+def given_inputs(freeze: dict[str, int | float], inputs: GivenInputs) -> GivenInputs:
     """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
     compiled model ignores it; the source must get the same value to compute the same thing)."""
     from ortcompile.readback.given import Given
@@ -255,7 +256,7 @@ def write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> dict[str, Any]:
+def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> JsonRecord:
     """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
     compiled = collections.Counter(source_ops)
     compiled.subtract(graph.remaining_ops)

@@ -31,7 +31,7 @@ from ortcompile.errors import CompilationFailed, InvalidModel, output_error
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
-from ortcompile.options import CompileOptions
+from ortcompile.options import CompileOptions, GivenInputs, JsonRecord
 from ortcompile.optiontable import TABLE, Option, part_flagged
 from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
@@ -41,6 +41,8 @@ from ortcompile.plan.planner import SourcePlan, part_options, plan_source
 from ortcompile.plan.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter, SilentReporter
+
+ValueTypes = dict[str, Any]  # tensor name -> its onnx ValueInfoProto (onnx is imported only when a model is split)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ class SplitResult:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None) -> SplitResult:
+                recorded: JsonRecord, link_sources: bool = False, given: GivenInputs | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
 
@@ -103,7 +105,7 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
     return SplitResult(out_dir, stem, plan, names, parts_plan)
 
 
-def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: dict[str, Any]) -> None:
+def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: GivenInputs) -> None:
     """Refuse --input that does not fit the source's inputs (with the pins in place) now, not after every part compiled."""
     from ortcompile.readback.feeds import make_feeds, specs_from_model
 
@@ -151,7 +153,7 @@ def _point_at(model: Any, links: dict[str, str]) -> None:
                 entry.value = links[entry.value]
 
 
-def _value_types(model: Any) -> dict[str, Any]:
+def _value_types(model: Any) -> ValueTypes:
     """Every tensor's type after shape inference (with the pins in place): the parts' interfaces need them."""
     import onnx
 
@@ -163,7 +165,7 @@ def _value_types(model: Any) -> dict[str, Any]:
     return {v.name: v for v in (*graph.value_info, *graph.input, *graph.output)}
 
 
-def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) -> list[Any]:
+def _interface(names: tuple[str, ...], types: ValueTypes, part: PartSpec) -> list[Any]:
     """Value infos for a part's inputs or outputs: known and static, or the split cannot work."""
     infos = []
     for name in names:
@@ -176,7 +178,7 @@ def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) ->
     return infos
 
 
-def part_model_of(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
+def part_model_of(model: Any, part: PartSpec, types: ValueTypes) -> Any:
     """One part as a standalone model: its nodes, the weights they read, its inputs and outputs typed from `types`."""
     import onnx
     from onnx import helper
@@ -191,7 +193,7 @@ def part_model_of(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
     return proto
 
 
-def _skeleton(model: Any, plan: PartitionPlan, types: dict[str, Any]) -> Any:
+def _skeleton(model: Any, plan: PartitionPlan, types: ValueTypes) -> Any:
     """The model's interface and metadata, and the types of every tensor crossing a cut; no nodes, no weights."""
     import onnx
 
@@ -303,7 +305,7 @@ def _part_flag(entry: Option, value: Any) -> list[str]:
     return [entry.long_name, str(Path(value).absolute()) if entry.type == "file" else str(value)]
 
 
-def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> dict[str, Any]:
+def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> JsonRecord:
     """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
     (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
     records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""

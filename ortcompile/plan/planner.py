@@ -11,13 +11,13 @@ import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.naming import OutputNames, OutputTarget
-from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, effective_check
+from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, GivenInputs, JsonRecord, effective_check
+from ortcompile.optiontable import CriterionSettings
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.sizes import format_size
@@ -55,7 +55,7 @@ class _Planned:
         """--partition: the options each part is compiled with."""
         return part_options(self.options)
 
-    def recorded_options(self) -> dict[str, Any]:
+    def recorded_options(self) -> JsonRecord:
         """The options that shape the output, as the manifest and the parts plan record them."""
         return self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles)
 
@@ -83,8 +83,8 @@ class CheckPlan:
     precision: str
     dims: dict[str, int]
     freeze: dict[str, int | float]  # fed to the source at their frozen values
-    inputs: dict[str, Any]  # --input
-    verify_criterion: dict[str, Any] | None  # --verify's settings: the check judges by its criterion
+    inputs: GivenInputs  # --input
+    verify_criterion: CriterionSettings | None  # --verify's settings: the check judges by its criterion
     note: str | None = None  # said (-v) when the check starts: why it does less than asked
 
 
@@ -95,8 +95,8 @@ class VerifyPlan:
     source: Path
     dims: dict[str, int]
     freeze: dict[str, int | float]
-    inputs: dict[str, Any]
-    criterion: dict[str, Any]
+    inputs: GivenInputs
+    criterion: CriterionSettings
 
 
 @dataclass(frozen=True)
