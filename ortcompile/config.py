@@ -29,8 +29,8 @@ from ortcompile.configkeys import EP_BOUND, KEYS, TABLES, bad_value, library_key
 from ortcompile.eps.catalog import short_name_for
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.layout import LayoutPolicy
-from ortcompile.options import CompileOptions, PartitionOptions
-from ortcompile.optiontable import TABLE, Option, configured
+from ortcompile.options import CompileOptions, GivenInputs, PartitionOptions
+from ortcompile.optiontable import PARTITION_AUTO, TABLE, Option, configured
 from ortcompile.plan.source import read_source
 from ortcompile.trust import why_untrusted
 
@@ -44,6 +44,8 @@ PYPROJECT = "pyproject.toml"
 ENV_VAR = "ORTCOMPILE_CONFIG"
 PROJECT_MARKERS = (".git", ".hg", PYPROJECT)  # the search stops at a project's root, as black's does
 
+Settings = dict[str, Any]  # values by the option table's setting names, each of its option's type (one level, or merged)
+TomlTable = dict[str, Any]  # a table as tomllib reads it: TOML at the edge, checked key by key (configkeys.py) into Settings
 
 
 # ---------------------------------------------------------------- the file
@@ -55,7 +57,7 @@ class Section:
 
     pattern: str
     label: str  # FILE: models."PATTERN", for messages
-    values: dict[str, Any]
+    values: Settings
 
     def matches(self, model: str | os.PathLike[str], base: Path) -> bool:
         """A pattern with a `/` matches the model's path from the config file's directory; one without, its
@@ -71,7 +73,7 @@ class Level:
     """One layer of settings in the precedence order, and whether its pins may name dims a model lacks."""
 
     label: str
-    values: dict[str, Any]
+    values: Settings
     optional_dims: bool = False
     from_file: bool = True
 
@@ -81,7 +83,7 @@ class Config:
     """A parsed config file (an empty one when none was found or --no-config was given)."""
 
     path: Path | None = None
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: Settings = field(default_factory=dict)
     sections: tuple[Section, ...] = ()
 
     @property
@@ -119,7 +121,7 @@ def load_config(path: str | os.PathLike[str], *, named: bool = True) -> Config:
     return _parse(path, shown, data, "", named)
 
 
-def _read_toml(path: Path, shown: str) -> dict[str, Any]:
+def _read_toml(path: Path, shown: str) -> TomlTable:
     try:
         with path.open("rb") as file:
             raw = file.read()
@@ -152,7 +154,7 @@ def _parse(path: Path, shown: str, table: Any, prefix: str, named: bool) -> Conf
     return Config(path, defaults, sections)
 
 
-def _refuse_libraries(shown: str, levels: list[tuple[str, dict[str, Any]]]) -> None:
+def _refuse_libraries(shown: str, levels: list[tuple[str, Settings]]) -> None:
     """A file the search found may not make ortcompile load code: whoever could put a file in a directory above
     the user's (a cloned repository, a shared checkout) would run theirs. Naming the file says it is trusted."""
     for where, values in levels:
@@ -172,7 +174,7 @@ def _section(shown: str, prefix: str, pattern: str, values: Any, base: Path) -> 
     return Section(pattern, label, _level_values(values, f"{label}.", base, allow_models=False))
 
 
-def _level_values(table: dict[str, Any], where: str, base: Path, *, allow_models: bool) -> dict[str, Any]:
+def _level_values(table: TomlTable, where: str, base: Path, *, allow_models: bool) -> Settings:
     values = {}
     for key, value in table.items():
         if key not in KEYS:
@@ -271,7 +273,7 @@ class ModelSettings:
     """A model's merged settings (the command's parameter names; tables as dicts) and where each pin came from."""
 
     model: str
-    values: dict[str, Any]
+    values: Settings
     pins: dict[str, Level]  # fix-dim name -> the level that set it last
     sections: tuple[str, ...]  # the [models."..."] sections that matched
 
@@ -295,12 +297,12 @@ class ModelSettings:
         return replace(self, values={**self.values, "fix_dims": kept}, pins={k: v for k, v in self.pins.items() if k in kept}), notes
 
 
-def builtin_values(table: Sequence[Option] = TABLE) -> dict[str, Any]:
+def builtin_values(table: Sequence[Option] = TABLE) -> Settings:
     """The built-in defaults (optiontable.py), in the form merge() takes (what the command's options default to)."""
     return {o.setting: (dict(o.default) if isinstance(o.default, dict) else o.default) for o in configured(table)}
 
 
-def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[dict[str, Any], dict[str, Level]]:
+def merge(builtin: Mapping[str, Any], levels: Sequence[Level]) -> tuple[Settings, dict[str, Level]]:
     """Apply the levels over the built-in values, lowest first. When a level names another EP than an earlier
     level named, the earlier target, ep-option and ep-library are dropped: they were chosen for that EP."""
     values = {k: (dict(v) if k in TABLES else v) for k, v in builtin.items()}
@@ -333,13 +335,13 @@ def model_settings(config: Config, model: str | os.PathLike[str], command_line: 
 
 def settings_for_models(config: Config, models: Sequence[str | os.PathLike[str]], command_line: Mapping[str, Any] | None = None,
                         passed: Collection[str] = (), *, dims_of: Callable[[str], Collection[str]] | None = None,
-                        note: Callable[[str], None] | None = None) -> dict[str, dict[str, Any]]:
+                        note: Callable[[str], None] | None = None) -> dict[str, Settings]:
     """Every model's settings, checked before any work starts. In a batch the command line's --fix-dim may
     name a dim some models lack, but not one that none of them has."""
     dims_of, note = dims_of or symbolic_dims, note or (lambda message: None)
     batch = len(models) > 1
     unused = set(command_line.get("fix_dims", {}) if command_line and "fix_dims" in passed and batch else {})
-    settled: dict[str, dict[str, Any]] = {}
+    settled: dict[str, Settings] = {}
     for model in map(os.fspath, models):
         settings = model_settings(config, model, command_line, passed, batch=batch)
         if settings.sections:
@@ -366,8 +368,8 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
                     table: Sequence[Option] = TABLE, **rest: Any) -> Any:
     """CompileOptions from merged settings (and any other CompileOptions field in `rest`): each setting goes to the
     field the option table names (a missing or None one is the table's default); --partition's as PartitionOptions."""
-    fields: dict[str, Any] = {}
-    layout: dict[str, Any] = {}
+    fields: dict[str, Any] = {}  # CompileOptions' keyword arguments, each of its field's type
+    layout: dict[str, Any] = {}  # LayoutPolicy's
     for entry in configured(table):
         if entry.field is None or entry.field.startswith("partition."):
             continue
@@ -377,12 +379,12 @@ def compile_options(values: Mapping[str, Any], *, jobs: int | None = None, memor
         group, _, name = entry.field.rpartition(".")
         (layout if group == "layout" else fields)[name] = value
     parts = values["partition"], values["max_context_size"]
-    partition = None if parts == (None, None) else PartitionOptions(parts[0] or None, jobs, memory_budget)
+    partition = None if parts == (None, None) else PartitionOptions(None if parts[0] == PARTITION_AUTO else parts[0], jobs, memory_budget)
     return CompileOptions(**fields, layout=LayoutPolicy(**layout), partition=partition,
                           **{**rest, "inputs": _configured_inputs(values.get("inputs_path"), rest.get("inputs") or {})})
 
 
-def _configured_inputs(path: str | None, given: Mapping[str, Any]) -> dict[str, Any]:
+def _configured_inputs(path: str | None, given: Mapping[str, Any]) -> GivenInputs:
     """The config's `inputs` (an .npz file or a directory), unless --input/--inputs gave inputs: those replace them."""
     if not path or given:
         return dict(given)

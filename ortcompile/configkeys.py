@@ -15,7 +15,7 @@ from ortcompile.eps.catalog import loads_library
 from ortcompile.errors import UsageError, shorten
 from ortcompile.layout import MAX_ALIGN
 from ortcompile.onnxfacts import INT64_MAX
-from ortcompile.optiontable import TABLE, Option, configured
+from ortcompile.optiontable import PARTITION_AUTO, TABLE, Option, configured, is_auto
 from ortcompile.sizes import parse_size
 
 Check = Callable[[Any, str, Path], Any]  # (TOML value, "FILE: KEY" for errors, the config file's directory) -> value
@@ -75,8 +75,8 @@ def _align(value: Any, where: str, base: Path) -> int:
 
 
 def _partition(value: Any, where: str, base: Path) -> int:
-    if isinstance(value, str) and value.strip().lower() == "auto":
-        return 0  # as --partition auto: the EP's graph limit
+    if isinstance(value, str) and is_auto(value):
+        return PARTITION_AUTO
     size = _size(value, where, base)
     if size <= 0:
         raise bad_value(where, "a part must hold a positive size of weights")

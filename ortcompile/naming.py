@@ -93,13 +93,48 @@ def carries_digest(name: str, sha256: str) -> bool:
     return bool(re.fullmatch(r"[0-9a-f]{64}", sha256)) and content_addressed(name, sha256) == name
 
 
-def split_output(output: str | os.PathLike[str]) -> tuple[Path, str | None]:
-    """`-o`: a path ending in `.onnx` that is not a directory names the compiled model (its files go beside it);
-    anything else is the output directory."""
-    path = Path(output)
-    if path.name.lower().endswith(MODEL_SUFFIX) and not path.is_dir() and len(path.name) > len(MODEL_SUFFIX):
-        return path.parent, path.name
-    return path, None
+@dataclass(frozen=True)
+class OutputTarget:
+    """Where one compiled model is published, resolved once from `-o`: its directory and its files' names. Every
+    room after the driver's entry (plan, incremental, publish, finish) receives this record, never `-o` again."""
+
+    directory: Path
+    names: OutputNames
+
+    @property
+    def model_path(self) -> Path:
+        return self.directory / self.names.model
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.directory / self.names.manifest
+
+
+@dataclass(frozen=True)
+class Destination:
+    """`-o` as given, read once: the output directory, and the compiled model's file name when `-o` names one."""
+
+    directory: Path
+    model_name: str | None = None  # -o DIR/FILE.onnx (None: each model is named `<stem>_ctx.onnx`)
+
+    @classmethod
+    def parse(cls, output: str | os.PathLike[str]) -> Destination:
+        """`-o`: a path ending in `.onnx` that is not a directory names the compiled model (its files go beside it);
+        anything else is the output directory."""
+        path = Path(output)
+        if path.name.lower().endswith(MODEL_SUFFIX) and not path.is_dir() and len(path.name) > len(MODEL_SUFFIX):
+            return cls(path.parent, path.name)
+        return cls(path)
+
+    @classmethod
+    def of(cls, output: str | os.PathLike[str] | Destination, model_name: str | None = None) -> Destination:
+        """`-o` as the library is given it: a Destination (the CLI's, read once), or a directory and the model's
+        file name (CompileOptions.output_name)."""
+        return output if isinstance(output, Destination) else cls(Path(output), model_name)
+
+    def target(self, source: str | os.PathLike[str]) -> OutputTarget:
+        """The place of `source`'s compiled model."""
+        return OutputTarget(self.directory, OutputNames.for_compile(source, self.model_name))
 
 
 def manifest_path_for(model_path: Path) -> Path:

@@ -10,10 +10,13 @@ from typing import Any, Literal
 from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS
 from ortcompile.errors import UsageError
 from ortcompile.layout import LayoutPolicy
-from ortcompile.optiontable import TABLE, Option
+from ortcompile.optiontable import TABLE, CriterionSettings, Option
 
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
+# The two untyped shapes that cross the passes, named once with the reason they stay untyped:
+JsonRecord = dict[str, Any]  # a document as a file or --json holds it (manifest, parts plan, result): its format's keys, JSON at the edge
+GivenInputs = dict[str, Any]  # input name -> readback.given.Given (--input/--inputs): a floor above, so named here, not imported
 CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
 AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
 
@@ -50,12 +53,12 @@ class CompileOptions:
     require_compiled: bool | None = None  # None: required for EPs that compile, not for pass-through
     force: bool = False
     verify: bool = False  # compare against the source before publishing; a mismatch publishes nothing
-    verify_criterion: dict[str, Any] = field(default_factory=dict)  # --verify: criterion settings over the EP's default (rtol, min_snr_db, ...)
+    verify_criterion: CriterionSettings = field(default_factory=dict)  # --verify: criterion settings over the EP's default (rtol, min_snr_db, ...)
     if_changed: bool = False  # skip when the published output is current; replace it (no --force) when not
     share_weights: bool = False  # a batch stores identical weights once and shares the EP context (sharing.py)
     prepare: bool = True  # compiling EPs: pin the dims in the graph and fold constants first (compile/prepare.py)
     check: CheckMode = "auto"  # before publishing: load (and run, and compare) the output on its EP in a child
-    inputs: dict[str, Any] = field(default_factory=dict)  # input name -> readback.given.Given: for the check and --verify
+    inputs: GivenInputs = field(default_factory=dict)  # for the check and --verify
     freeze: dict[str, int | float] = field(default_factory=dict)  # --freeze: inputs the compiled model is specialized on
     partition: PartitionOptions | None = None  # --partition: compile as parts (None: the whole model at once)
     max_context_size: int | None = None  # --max-context-size: largest EP graph (with --partition auto: the part budget)
@@ -83,11 +86,11 @@ class CompileOptions:
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
-    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> dict[str, Any]:
+    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonRecord:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no
         paths, no --force; verify and check settings are left out: they do not change a byte of the output)."""
         resolved = {"ep": ep_name, "require_compiled": require_compiled, "prepare": self.prepare and compiles}  # only a compiling EP's input is prepared
-        record: dict[str, Any] = {}
+        record: JsonRecord = {}
         for entry in table:
             if entry.recorded is None or entry.field is None:
                 continue
@@ -97,6 +100,20 @@ class CompileOptions:
             group, _, key = entry.recorded.key.rpartition(".")
             (record.setdefault(group, {}) if group else record)[key] = _plain(value)
         return record
+
+    @classmethod
+    def from_record(cls, record: JsonRecord, table: Sequence[Option] = TABLE, **overrides: Any) -> CompileOptions:
+        """The options an output's record says it was made with (`recorded`'s inverse, by the same table), plus the
+        caller's `overrides`. How a model was cut (recorded when partitioned) is not read back: give it as an override."""
+        values: dict[str, Any] = {}  # CompileOptions' keyword arguments, each of its field's type
+        for entry in table:
+            if entry.recorded is None or entry.field is None or entry.recorded.when == "partitioned":
+                continue
+            found, value = _recorded_at(record, entry.recorded.key)
+            if found:
+                values[entry.field] = _unplain(value)
+        layout = {path.split(".", 1)[1]: values.pop(path) for path in [k for k in values if k.startswith("layout.")]}
+        return cls(**{**values, **({"layout": LayoutPolicy(**layout)} if layout else {}), **overrides})
 
     def value_at(self, path: str) -> Any:
         """The value of a field by the option table's path ("layout.align"; None under an unset record)."""
@@ -121,6 +138,23 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in sorted(value.items())}
     return list(value) if isinstance(value, tuple) else value
+
+
+def _recorded_at(record: JsonRecord, key: str) -> tuple[bool, Any]:
+    """The value a record holds under a table key ("layout.align" nests); (False, None) when it holds none."""
+    value: Any = record
+    for name in key.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return False, None
+        value = value[name]
+    return True, value
+
+
+def _unplain(value: Any) -> Any:
+    """A recorded value as CompileOptions holds it (`_plain`'s inverse): sequences as tuples, also inside tables."""
+    if isinstance(value, dict):
+        return {k: tuple(v) if isinstance(v, list) else v for k, v in value.items()}
+    return tuple(value) if isinstance(value, list) else value
 
 
 def _require_positive(value: int | None, what: str) -> None:
@@ -151,7 +185,7 @@ class CompileResult:
     model: str
     ep: str
     ep_version: str
-    files: list[dict[str, Any]]
+    files: list[JsonRecord]
     epcontext_nodes: int
     remaining_ops: dict[str, int]
     graph_bytes: int
@@ -162,13 +196,13 @@ class CompileResult:
     inputs: list[Path]  # the source model and its external data files, as paths from the caller's cwd
     up_to_date: bool = False
     peak_rss_by_stage: dict[str, int] = field(default_factory=dict)  # compile (this process or the worker), check
-    prepare: dict[str, Any] | None = None  # what the prepare step did (PrepareSummary), None when it did not run
-    check: dict[str, Any] | None = None  # the pre-publish check's report (CheckReport.to_json)
-    parts: dict[str, Any] | None = None  # --partition: the budget and each part's outcome
+    prepare: JsonRecord | None = None  # what the prepare step did (PrepareSummary), None when it did not run
+    check: JsonRecord | None = None  # the pre-publish check's report (CheckReport.to_json)
+    parts: JsonRecord | None = None  # --partition: the budget and each part's outcome
     compiled_ops: dict[str, int] = field(default_factory=dict)  # op type -> source nodes now inside EPContext nodes (the manifest's)
-    target: dict[str, Any] | None = None  # what the EP compiled for (the manifest's target record)
-    compatibility: dict[str, Any] | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
-    fallback: dict[str, Any] | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
+    target: JsonRecord | None = None  # what the EP compiled for (the manifest's target record)
+    compatibility: JsonRecord | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
+    fallback: JsonRecord | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
 
     @property
     def model_path(self) -> Path:
@@ -185,7 +219,7 @@ class CompileResult:
             return sum(self.remaining_ops.values())
         return None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonRecord:
         return {
             "source": str(self.source),
             "output_dir": str(self.output_dir),

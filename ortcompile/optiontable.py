@@ -75,6 +75,14 @@ class Option:
         return (self.config.name or self.name) if self.config else self.name
 
 
+PARTITION_AUTO = 0  # `--partition auto` as settings hold it (a size is positive): the planner decides the budget (plan/planner.py)
+
+
+def is_auto(value: object) -> bool:
+    """`auto` as --partition and the config's `partition` spell it."""
+    return str(value).strip().lower() == "auto"
+
+
 _CRITERION_DEFAULT = " [default: by the EP's precision, see docs/verify.md]"
 _CHECKING = "Checking before publishing"
 
@@ -180,6 +188,7 @@ TABLE: tuple[Option, ...] = (
 
 INPUT_NAMES = ("input_args", "inputs_file")  # the inputs verify and bench take too (cli/tableopts.py input_options)
 CRITERION_NAMES = ("precision", "rtol", "atol", "min_snr_db", "min_cosine", "min_top1")  # how outputs are judged (verify, bench)
+CriterionSettings = dict[str, float | str]  # criterion settings by CRITERION_NAMES: thresholds, and the precision's name
 
 
 def option(name: str) -> Option:

@@ -9,7 +9,7 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import ByteSize, KeyValue, criterion_settings, given_inputs, pairs
-from ortcompile.cli.tableopts import criterion_options, input_options
+from ortcompile.cli.tableopts import criterion_options, input_options, table_option
 from ortcompile.errors import UsageError, VerificationFailed
 from ortcompile.native import set_ort_log_level
 
@@ -18,8 +18,8 @@ from ortcompile.native import set_ort_log_level
 @click.argument("models", nargs=-1, required=True, type=click.Path(path_type=str))
 @click.option("--memory-budget", type=ByteSize(), default=None, help="Keep models resident while they fit this much RSS [default: no limit].")
 @click.option("--cycles", type=click.IntRange(min=1), default=3, show_default=True, help="Times the whole pipeline runs.")
-@click.option("--ep", default="auto", show_default=True, help="Execution provider to run on.")
-@click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("enableGraphCapture=1"), help="Provider option (repeatable).")
+@table_option("ep", help="Execution provider to run on.")
+@table_option("ep_options", example="enableGraphCapture=1")
 @click.option("--graph-capture", is_flag=True, help="Capture and replay each session's graph (webgpu); evictions release it.")
 @click.option("--reference", "references", multiple=True, type=click.Path(path_type=str),
               help="Source model for each MODEL, in order: outputs must match it on the CPU EP (repeatable).")

@@ -13,12 +13,13 @@ from ortcompile.cli.sections import SectionedCommand
 from ortcompile.cli.shaping import check_scheduling, configured, take_shaping
 from ortcompile.cli.tableopts import compile_table_options
 from ortcompile.errors import UsageError
-from ortcompile.naming import split_output
+from ortcompile.naming import Destination
 from ortcompile.native import set_ort_log_level
-from ortcompile.optiontable import option
+from ortcompile.optiontable import CriterionSettings, option
 
 if TYPE_CHECKING:
-    from ortcompile.options import CompileResult
+    from ortcompile.options import CompileResult, JsonRecord
+    from ortcompile.progress import Reporter
 
 
 _EXAMPLES = """\b
@@ -46,12 +47,12 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
     out = current()
     set_ort_log_level(out.verbose)
-    directory, name = split_output(output_dir)
-    if name and (share_weights or len(models) > 1):
+    destination = Destination.parse(output_dir)  # -o, read once: the drivers receive this record, never -o again
+    if destination.model_name and (share_weights or len(models) > 1):
         raise UsageError(f"-o {output_dir} names one compiled model; give a directory (-o DIR/) for a batch")
     settings, config = configured(list(models), take_shaping(rest))
     check_scheduling(settings.values(), jobs, memory_budget)
-    common = dict(output_name=name, force=force, verify=verify, verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
+    common = dict(force=force, verify=verify, verify_criterion=_verify_criterion(verify, precision, criterion_settings(rest)),
                   inputs=given_inputs(input_args, inputs_file), if_changed=if_changed, compatibility=out.as_json,
                   require_full=require_full)
     options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
@@ -60,11 +61,11 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared([Path(m) for m in models], directory, lambda model: options[str(model)], out.reporter())
+        results = compile_shared([Path(m) for m in models], destination, lambda model: options[str(model)], out.reporter())
     else:
         from ortcompile.compile.job import compile_models
 
-        results = compile_models(list(models), directory, lambda model: options[str(model)], out.reporter())
+        results = compile_models(list(models), destination, lambda model: options[str(model)], out.reporter())
     if depfile:
         from ortcompile.output.incremental import depfile_rule, write_depfile
 
@@ -75,7 +76,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     out.result({"outputs": documents}, [summary_line(r) for r in results])
 
 
-def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
+def _placement_detail(documents: list[JsonRecord], reporter: Reporter) -> None:
     """-v: per model, which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
     from ortcompile.cli.render import compile_placement
 
@@ -84,7 +85,7 @@ def _placement_detail(documents: list[dict[str, Any]], reporter: Any) -> None:
             reporter.detail(line)
 
 
-def _verify_criterion(verify: bool, precision: str | None, settings: dict[str, Any]) -> dict[str, Any]:
+def _verify_criterion(verify: bool, precision: str | None, settings: CriterionSettings) -> CriterionSettings:
     """The criterion options apply to --verify only: without it they would do nothing, so say so."""
     if not verify and (settings or precision):
         raise UsageError(f"{', '.join(option(k).long_name for k in settings) or '--precision'}: "

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from ortcompile.cli.output import current, output_options
-from ortcompile.cli.params import KeyValue, PartitionSize, pairs
+from ortcompile.cli.params import PartitionSize, pairs
+from ortcompile.cli.tableopts import table_option
 
 
 @click.command("llm", short_help="Compile an onnxruntime-genai decoder folder into a prefill/decode package genai runs on the NPU.")
@@ -21,8 +22,8 @@ from ortcompile.cli.params import KeyValue, PartitionSize, pairs
               help="Store the weights once and share one EP context between the two graphs.")
 @click.option("--partition", type=PartitionSize(), default="auto", show_default=True,
               help="Cut both graphs into pipeline stages of at most SIZE of weights (auto: only when one context would exceed the EP's limit).")
-@click.option("--ep-option", "ep_options", multiple=True, type=KeyValue("soc_model=60"), help="Provider option for the compile (repeatable).")
-@click.option("--target", default=None, help="Device generation to compile for (see 'ortcompile eps --targets').")
+@table_option("ep_options", help="Provider option for the compile (repeatable).", example="soc_model=60")
+@table_option("target", help="Device generation to compile for (see 'ortcompile eps --targets').")
 @click.option("--force", is_flag=True, help="Replace an earlier package in the output directory.")
 @click.option("--if-changed", is_flag=True, help="Do nothing if the package is current (same inputs, settings, versions); else rebuild it.")
 @output_options

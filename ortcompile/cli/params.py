@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ortcompile.optiontable import CRITERION_NAMES
+from ortcompile.optiontable import CRITERION_NAMES, PARTITION_AUTO, CriterionSettings, is_auto
 from ortcompile.sizes import parse_size
+
+if TYPE_CHECKING:
+    from ortcompile.options import GivenInputs  # (not at run time: --help loads no options.py)
 
 
 class ByteSize(click.ParamType):
@@ -33,13 +36,13 @@ class PositiveByteSize(ByteSize):
 
 
 class PartitionSize(ByteSize):
-    """`auto` (0: the EP's graph size limit, or --max-context-size) or the bytes of weights per part."""
+    """`auto` (PARTITION_AUTO: the planner decides) or the bytes of weights per part."""
 
     name = "auto|SIZE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if str(value).strip().lower() == "auto":
-            return 0
+        if is_auto(value):
+            return PARTITION_AUTO
         size = super().convert(value, param, ctx)
         if size <= 0:
             self.fail("a part must hold a positive size of weights", param, ctx)
@@ -69,12 +72,12 @@ def pairs(values: tuple[tuple[str, str], ...]) -> dict[str, str]:
     return dict(values)
 
 
-def criterion_settings(values: dict[str, Any]) -> dict[str, Any]:
+def criterion_settings(values: dict[str, Any]) -> CriterionSettings:  # values: a command's click keyword arguments
     """The criterion options the user set (None: keep the default)."""
     return {k: values[k] for k in CRITERION_NAMES if k != "precision" and values.get(k) is not None}
 
 
-def given_inputs(input_args: tuple[str, ...], inputs_file: str | None) -> dict[str, Any]:
+def given_inputs(input_args: tuple[str, ...], inputs_file: str | None) -> GivenInputs:
     """--input and --inputs as readback.given.Given values (--input wins over the file for the same name)."""
     if not input_args and not inputs_file:
         return {}  # (numpy stays unloaded: an up-to-date --if-changed check imports no heavy module)

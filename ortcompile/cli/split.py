@@ -10,6 +10,7 @@ from ortcompile.cli.output import current, output_options
 from ortcompile.cli.sections import SectionedCommand
 from ortcompile.cli.shaping import configured, take_shaping
 from ortcompile.cli.tableopts import shaping_options
+from ortcompile.optiontable import PARTITION_AUTO
 
 
 @click.command("split", cls=SectionedCommand, short_help="Write a model as parts that compile on their own, with a Make fragment.")
@@ -34,7 +35,7 @@ def command(model: str, output_dir: str, stitch_output: str | None, force: bool,
     out = current()
     values = configured([model], take_shaping(rest))[0][model]
     if values["partition"] is None and values["max_context_size"] is None:
-        values["partition"] = 0  # auto
+        values["partition"] = PARTITION_AUTO
     options = compile_options(values, force=force)  # partitioned: values["partition"] is set above
     result = split_to(model, output_dir, options, stitch_output, out.reporter())
     parts = [{"model": str(result.directory / name), "weight_bytes": spec.weight_bytes, "inputs": list(spec.inputs), "outputs": list(spec.outputs)}

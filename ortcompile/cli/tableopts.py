@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -76,6 +77,12 @@ def click_option(entry: Option) -> Callable[[Any], Any]:
     if entry.complete:
         settings["shell_complete"] = COMPLETIONS[entry.complete]
     return click.option(*entry.flags, entry.name, **settings)
+
+
+def table_option(name: str, **changes: Any) -> Callable[[Any], Any]:
+    """The click option of the table's entry `name` for another command (llm, verify, bench): the same flags, type and
+    value; `changes` say what differs there (its help, default, the example in an error)."""
+    return click_option(dataclasses.replace(option(name), **changes))
 
 
 def with_options(entries: Iterable[Option]) -> Callable[[Any], Any]:

@@ -8,14 +8,14 @@ import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import KeyValue, criterion_settings, given_inputs
-from ortcompile.cli.tableopts import criterion_options, input_options
+from ortcompile.cli.tableopts import criterion_options, input_options, table_option
 from ortcompile.native import set_ort_log_level
 
 
 @click.command("verify", short_help="Check a compiled model's files and outputs against its source.")
 @click.argument("compiled", type=click.Path(path_type=str))
 @click.option("--reference", required=True, type=click.Path(path_type=str), help="The source model the compiled one came from.")
-@click.option("--ep", default=None, help="EP to run the compiled model on [default: the one in its manifest, else auto].")
+@table_option("ep", default=None, show_default=False, help="EP to run the compiled model on [default: the one in its manifest, else auto].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated inputs.")
 @click.option("--runs", type=click.IntRange(min=1), default=1, show_default=True, help="Runs, with seeds seed, seed+1, ...")
 @input_options(with_dims=True)

@@ -29,6 +29,7 @@ from ortcompile.compile.parts import partitioned_stitch
 from ortcompile.eps.compat import check_compatibility
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, output_error
+from ortcompile.naming import OutputTarget
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import digest_inputs_in_background
@@ -43,7 +44,7 @@ from ortcompile.worker import Workers, expect_more_workers
 SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
 
 
-def compile_now(source: Path, output_dir: Path, options: CompileOptions, reporter: Reporter,
+def compile_now(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter,
                 compile_part: Callable[..., CompileResult], more_follow: bool = False) -> CompileResult:
     """Compile one model with its own worker child (`compile_part`: job.compile_model, what --partition compiles each
     part with, handed in so that nothing here imports the entry point back; `more_follow`: a batch has models left)."""
@@ -52,7 +53,7 @@ def compile_now(source: Path, output_dir: Path, options: CompileOptions, reporte
     with Workers(native_output_shown(), reporter) as workers:
         if options.partition is None:  # (parts get workers of their own; this one would idle through them)
             workers.start()  # its imports overlap with reading the model and resolving the EP
-        job = CompileJob.open(source, output_dir, options, reporter)
+        job = CompileJob.open(source, target, options, reporter)
         return job.run(workers, compile_part)
 
 
@@ -73,12 +74,12 @@ class CompileJob:
         return self.request_override or self.plan.request
 
     @classmethod
-    def open(cls, source_path: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileJob:
+    def open(cls, source_path: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter) -> CompileJob:
         """The plan (every check that can fail before work starts: input, EP, shapes), then the destination."""
         clock = time.perf_counter()
         reporter.stage("reading model")
-        plan = plan_compile(source_path, output_dir, options)
-        created = open_destination(output_dir, plan.names, options.force, plan.inputs, reporter)
+        plan = plan_compile(source_path, target, options)
+        created = open_destination(plan.target, options.force, plan.inputs, reporter)
         reporter.detail(f"{plan.source.path.name}: {len(plan.source.initializers)} initializers, {plan.source.weight_bytes} bytes of weights; "
                         f"EP {plan.ep.name} {plan.ep.version}")
         job = cls(plan, reporter, created)
@@ -181,7 +182,7 @@ class CompileJob:
         plan = self.plan
         cpu_nodes = self.fallback.record(None) if self.fallback else None  # (finish adds the check's worst SNR after)
         record = ManifestPlan(versions(plan.ep), plan.recorded_options(), plan.source.op_counts, plan.ep.target_record(), cpu_nodes=cpu_nodes)
-        return FinishPlan(plan.names, plan.output_dir, plan.inputs, plan.source.path, plan.options.force, plan.check, plan.verify,
+        return FinishPlan(plan.target, plan.inputs, plan.source.path, plan.options.force, plan.check, plan.verify,
                           record, self.reporter)
 
     def result(self, built: Built, finished: Finished) -> CompileResult:
@@ -222,6 +223,6 @@ class CompileJob:
         if options.ep_library or not options.compatibility:
             return None
         clock = time.perf_counter()
-        report = check_compatibility(self.plan.output_dir / self.plan.names.model).to_json()
+        report = check_compatibility(self.plan.target.model_path).to_json()
         self.timings["compatibility"] = time.perf_counter() - clock
         return report

@@ -16,12 +16,13 @@ from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
 from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
-from ortcompile.naming import OutputNames
+from ortcompile.naming import OutputTarget
+from ortcompile.options import GivenInputs, JsonRecord
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import Manifest, Versions, file_entries
@@ -41,19 +42,18 @@ class ManifestPlan:
     """What the manifest records besides the files, the digest and the check: decided by the driver."""
 
     versions: Versions
-    options: dict[str, Any]
+    options: JsonRecord
     source_ops: dict[str, int]  # the source's op counts: compiled ops = these minus the remaining ones
-    target: dict[str, Any] | None
-    parts: tuple[dict[str, Any], ...] | None = None  # a stitched model's parts
-    cpu_nodes: dict[str, Any] | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
+    target: JsonRecord | None
+    parts: tuple[JsonRecord, ...] | None = None  # a stitched model's parts
+    cpu_nodes: JsonRecord | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
 
 
 @dataclass(frozen=True)
 class FinishPlan:
     """Everything finish needs to know of one output, as data."""
 
-    names: OutputNames
-    output_dir: Path
+    target: OutputTarget  # where it is published (the plan's record of -o)
     inputs: list[Path]  # files the output must never overwrite
     stamp_source: Path | None  # the source model, for --if-changed's stamp (None: no stamp)
     force: bool
@@ -75,8 +75,8 @@ class Built:
 
 @dataclass
 class CheckOutcome:
-    record: dict[str, Any]  # for the manifest (deterministic)
-    report: dict[str, Any] | None  # for the result (--json): everything measured
+    record: JsonRecord  # for the manifest (deterministic)
+    report: JsonRecord | None  # for the result (--json): everything measured
     seconds: float = 0.0
     peak_rss_bytes: int = 0
 
@@ -90,17 +90,17 @@ class Finished:
     timings: dict[str, float] = field(default_factory=dict)
 
 
-def open_destination(output_dir: Path, names: OutputNames, force: bool, inputs: list[Path], reporter: Reporter) -> list[Path]:
+def open_destination(target: OutputTarget, force: bool, inputs: list[Path], reporter: Reporter) -> list[Path]:
     """Create the output directory (returning what was created, removed again on failure), refuse to replace an
     output without --force or to overwrite an input, and clean up stages left by killed runs."""
-    created = prepare_output_dir(output_dir)
+    created = prepare_output_dir(target.directory)
     try:
-        check_destination(output_dir, names, force, inputs)
+        check_destination(target, force, inputs)
     except BaseException:
         remove_created_dirs(created)
         raise
-    with directory_lock(output_dir):  # never beside another process's publish (it recovers under the lock too)
-        for stale in remove_stale_stages(output_dir):
+    with directory_lock(target.directory):  # never beside another process's publish (it recovers under the lock too)
+        for stale in remove_stale_stages(target.directory):
             reporter.detail(f"cleaned up staging directory {stale.name} left by a killed run")
     return created
 
@@ -112,31 +112,31 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load)."""
     first = builds[0].plan
     if unchecked and first.check.mode != "none":
-        warnings.warn(f"{', '.join(b.plan.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
+        warnings.warn(f"{', '.join(b.plan.target.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
     done = []
     for built, digest in zip(builds, digests):
         plan = built.plan
         if unchecked:
             outcome = CheckOutcome({"mode": "none", "passed": None, "reason": unchecked}, None)
         else:
-            outcome = run_check(staging.path / plan.names.model, plan.check, workers, plan.reporter)
+            outcome = run_check(staging.path / plan.target.names.model, plan.check, workers, plan.reporter)
         manifest = manifest_for(built, digest.result(), outcome, shared)
-        write_staged(staging.path / plan.names.manifest, manifest.to_bytes())
+        write_staged(staging.path / plan.target.names.manifest, manifest.to_bytes())
         done.append(Finished(manifest, outcome))
     for built, finished in zip(builds, done):  # every model of the batch, before anything is published
         if built.plan.verify is None:
             continue
         verified = _verified_by_the_check(finished.check, built.plan)
-        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.names.model, built.plan.verify, built.plan.reporter)
+        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
     first.reporter.stage("publishing")
-    staging.publish(_publish_order(builds), [b.plan.names for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
+    staging.publish(_publish_order(builds), [b.plan.target for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
     for built, finished, digest in zip(builds, done, digests):
         plan = built.plan
         finished.timings["publish"] = time.perf_counter() - clock
         if plan.stamp_source is not None:
-            write_stamp(plan.output_dir, plan.names, plan.stamp_source, digest.result())
-        plan.reporter.stage(f"wrote {plan.output_dir / plan.names.model}")
+            write_stamp(plan.target, plan.stamp_source, digest.result())
+        plan.reporter.stage(f"wrote {plan.target.model_path}")
     return done
 
 
@@ -144,19 +144,19 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
     record = built.plan.manifest
     prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
     cpu_nodes = {**record.cpu_nodes, "worst_snr_db_after": worst_snr(check.report)} if record.cpu_nodes else None
-    return Manifest(model=built.plan.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
+    return Manifest(model=built.plan.target.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
                     input_files=digest.input_files, versions=record.versions, options=record.options,
                     nodes=node_counts(record.source_ops, built.graph),
                     initializers={"external": built.step.external_count, "inline": built.step.inline_count},
                     prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
 
 
-def worst_snr(report: dict[str, Any] | None) -> float | None:
+def worst_snr(report: JsonRecord | None) -> float | None:
     """The check's lowest output SNR (a --fallback record's figure after the nodes moved)."""
     return worst_snr_of((report or {}).get("outputs", []))
 
 
-def worst_snr_of(outputs: Iterable[dict[str, Any]]) -> float | None:
+def worst_snr_of(outputs: Iterable[JsonRecord]) -> float | None:
     """The lowest SNR among compared outputs, to 0.1 dB (None when none has one)."""
     snrs = [o["snr_db"] for o in outputs if o.get("snr_db") is not None]
     return round(min(snrs), 1) if snrs else None
@@ -175,7 +175,7 @@ def _verified_by_the_check(check: CheckOutcome, plan: FinishPlan) -> bool:
     return True
 
 
-def given_inputs(freeze: dict[str, int | float], inputs: dict[str, Any]) -> dict[str, Any]:
+def given_inputs(freeze: dict[str, int | float], inputs: GivenInputs) -> GivenInputs:
     """What the check and --verify feed: the user's inputs, and every frozen input at its frozen value (the
     compiled model ignores it; the source must get the same value to compute the same thing)."""
     from ortcompile.readback.given import Given
@@ -246,7 +246,7 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
 def _publish_order(builds: list[Built]) -> list[str]:
     """Data and blobs first, the models after them, the manifests last: a model never points at missing bytes."""
     rest = sorted({f.name for b in builds for f, role in b.files if role != "model"})
-    return [*rest, *(b.plan.names.model for b in builds), *(b.plan.names.manifest for b in builds)]
+    return [*rest, *(b.plan.target.names.model for b in builds), *(b.plan.target.names.manifest for b in builds)]
 
 
 def write_staged(path: Path, content: bytes) -> None:
@@ -256,7 +256,7 @@ def write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> dict[str, Any]:
+def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> JsonRecord:
     """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
     compiled = collections.Counter(source_ops)
     compiled.subtract(graph.remaining_ops)

@@ -19,39 +19,37 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ortcompile.errors import OrtCompileError, UsageError
-from ortcompile.naming import OutputNames
-from ortcompile.native import peak_rss_bytes
+from ortcompile.naming import Destination, OutputTarget
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.incremental import up_to_date_result, why_not_up_to_date
-from ortcompile.output.manifest import Manifest
+from ortcompile.output.incremental import published_if_current
 from ortcompile.progress import Reporter, SilentReporter
 
 
 def compile_model(
     source_path: str | os.PathLike[str],
-    output_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str] | Destination,
     options: CompileOptions | None = None,
     reporter: Reporter | None = None,
 ) -> CompileResult:
     """Compile one model into `output_dir` atomically; raise an OrtCompileError subclass on failure."""
-    return _compile(source_path, output_dir, options, reporter, more_follow=False)
+    options = options or CompileOptions()
+    return _compile(Path(source_path), Destination.of(output_dir, options.output_name).target(source_path), options, reporter, more_follow=False)
 
 
-def _compile(source_path: str | os.PathLike[str], output_dir: str | os.PathLike[str], options: CompileOptions | None,
-             reporter: Reporter | None, more_follow: bool) -> CompileResult:
+def _compile(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter | None, more_follow: bool) -> CompileResult:
     """compile_model; `more_follow`: a batch has models left, so the worker's retirement starts a warm spare."""
-    options, reporter = options or CompileOptions(), reporter or SilentReporter()
+    reporter = reporter or SilentReporter()
     if options.if_changed:
-        current = _current_output(Path(source_path), Path(output_dir), options, reporter)
+        current = _current_output(source, target, options, reporter)
         if current is not None:
             return current
         options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
     from ortcompile.compile.compilejob import compile_now  # see LAZY_IMPORTS (--if-changed)
 
-    return compile_now(Path(source_path), Path(output_dir), options, reporter, compile_model, more_follow)
+    return compile_now(source, target, options, reporter, compile_model, more_follow)
 
 
-def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | Destination,
                    options: CompileOptions | Callable[[str | os.PathLike[str]], CompileOptions] | None = None,
                    reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile each model into `output_dir`, one after another; stop at the first failure, naming the model.
@@ -61,18 +59,19 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
     its own worker child, so a batch gives the bytes of single runs and peaks at its largest model, not at the sum.
     """
     options_for = options if callable(options) else (lambda model: options)
-    per_model = [options_for(m) for m in models]
-    named = next((o.output_name for o in per_model if o and o.output_name), None)
-    if named and len(models) > 1:
-        raise UsageError(f"-o {named} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
-    targets = [OutputNames.for_compile(Path(m), o.output_name if o else None).model for m, o in zip(models, per_model)]
-    clash = next((t for t in targets if targets.count(t) > 1), None)
+    per_model = [options_for(m) or CompileOptions() for m in models]
+    to = Destination.of(output_dir, next((o.output_name for o in per_model if o.output_name), None))
+    if to.model_name and len(models) > 1:
+        raise UsageError(f"-o {to.model_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
+    targets = [to.target(m) for m in models]
+    names = [t.names.model for t in targets]
+    clash = next((n for n in names if names.count(n) > 1), None)
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
     results = []
     for index, model in enumerate(models):
         try:
-            results.append(_compile(model, output_dir, per_model[index], reporter, more_follow=index < len(models) - 1))
+            results.append(_compile(Path(model), targets[index], per_model[index], reporter, more_follow=index < len(models) - 1))
         except OrtCompileError as exc:
             if len(models) > 1 and str(model) not in exc.message:
                 exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
@@ -83,13 +82,11 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
     return results
 
 
-def _current_output(source: Path, output_dir: Path, options: CompileOptions, reporter: Reporter) -> CompileResult | None:
+def _current_output(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter) -> CompileResult | None:
     """The published result when it is up to date (checked without loading onnx or onnxruntime)."""
-    clock = time.perf_counter()
-    reason = why_not_up_to_date(source, output_dir, options)
-    if reason:
-        reporter.detail(f"{source.name}: rebuilding: {reason}")
+    fresh = published_if_current(source, target, options, time.perf_counter())
+    if fresh.result is None:
+        reporter.detail(f"{source.name}: rebuilding: {fresh.reason}")
         return None
-    manifest = Manifest.load(output_dir / OutputNames.for_compile(source, options.output_name).manifest)
-    reporter.detail(f"{output_dir / manifest.model} is up to date")  # (the summary line says so too)
-    return up_to_date_result(source, output_dir, manifest, time.perf_counter() - clock, peak_rss_bytes())
+    reporter.detail(f"{fresh.result.model_path} is up to date")  # (the summary line says so too)
+    return fresh.result

@@ -28,13 +28,12 @@ from typing import Any
 from ortcompile.compile.cpunodes import CpuPins, cpu_placement
 from ortcompile.compile.finish import Built, Finished, FinishPlan, given_inputs
 from ortcompile.compile.parts import COMPILED_DIR, PARTS_DIR, compile_parts
-from ortcompile.compile.partsplan import PartsPlan
-from ortcompile.compile.split import part_budget, part_cli_args, part_options, plan_record, split_model
+from ortcompile.compile.split import part_cli_args, plan_record, split_model
 from ortcompile.compile.stitch import StitchJob
 from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.options import CompileOptions, CompileResult, PartitionOptions
-from ortcompile.plan.planner import CompilePlan
+from ortcompile.plan.planner import CompilePlan, part_options
 from ortcompile.readback.lint import node_label
 
 
@@ -139,7 +138,7 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     else:
         job.reporter.stage(f"splitting {plan.source.path.name}")
     partition = options.partition or PartitionOptions(None)
-    budget = part_budget(options) if options.partition else UNBOUNDED
+    budget = plan.part_budget if options.partition else UNBOUNDED
     as_split = dataclasses.replace(options, cpu_nodes=(), fallback="off", partition=partition)
     record = {**plan_record(plan, None, parts_dir), "options": as_split.recorded(plan.ep.info.short_name, plan.require_compiled, plan.compiles),
               "compile_args": part_cli_args(part_options(as_split))}
@@ -172,7 +171,7 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
         warnings.filterwarnings("ignore", r".*\.part\d+\.onnx: the \S+ graph is fragmented", OrtCompileWarning)
         results = compile_parts(split, compiled_dir, part_options(as_split), partition, compile_part, job.reporter)
     job.timings["compile"] = time.perf_counter() - clock
-    stitch = PlacedStitch(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep,
+    stitch = PlacedStitch(split.parts_plan, compiled_dir, plan.target, options, plan.ep,
                           plan.source.path, job.reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=job.created_dirs,
                           timings=job.timings, part_results=results, pinned=frozenset(whole | _types(model, placement.cut)))
     stitch.compile_plan, stitch.state = plan, state

@@ -18,8 +18,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from ortcompile.compile.finish import given_inputs
-from ortcompile.compile.partsplan import PartsPlan
-from ortcompile.compile.split import SplitResult, part_budget, part_options, plan_record, split_model
+from ortcompile.compile.split import SplitResult, plan_record, split_model
 from ortcompile.compile.stitch import StitchJob
 from ortcompile.errors import CompilationFailed, OrtCompileError
 from ortcompile.native import available_memory
@@ -51,19 +50,19 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
     compiled_dir.mkdir()
     clock = time.perf_counter()
     reporter.stage(f"splitting {plan.source.path.name}")
-    split = split_model(plan.source, parts_dir, part_budget(options), plan.pins, options.layout, options.freeze,
-                        plan_record(plan, None, parts_dir), link_sources=True,
-                        given=given_inputs(options.freeze, options.inputs) if options.inputs else None)
+    record = plan_record(plan, None, parts_dir)
+    given = given_inputs(options.freeze, options.inputs) if options.inputs else None
+    split = split_model(plan.source, parts_dir, plan.part_budget, plan.pins, options.layout, options.freeze, record, link_sources=True, given=given)
     timings["split"] = time.perf_counter() - clock
     reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {format_size(split.plan.budget)} of weights: "
                     + ", ".join(format_size(p.weight_bytes) for p in split.plan.parts))
     clock = time.perf_counter()
     try:
-        results = compile_parts(split, compiled_dir, part_options(options), options.partition, compile_one, reporter)
+        results = compile_parts(split, compiled_dir, plan.part_options, options.partition, compile_one, reporter)
     finally:
         reset_cancel()
     timings["compile"] = time.perf_counter() - clock
-    return StitchJob(PartsPlan.load(split.plan_file, internal=True), compiled_dir, plan.output_dir, plan.names, options, plan.ep, plan.source.path,
+    return StitchJob(split.parts_plan, compiled_dir, plan.target, options, plan.ep, plan.source.path,
                      reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results)
 
 

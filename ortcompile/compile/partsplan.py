@@ -12,6 +12,7 @@ planned part), and the list of what split wrote (`split --force` removes only th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -21,9 +22,8 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.durable import write_new
 from ortcompile.errors import InvalidModel, UsageError
-from ortcompile.layout import LayoutPolicy
 from ortcompile.naming import strip_onnx
-from ortcompile.options import CompileOptions, PartitionOptions
+from ortcompile.options import CompileOptions, JsonRecord, PartitionOptions
 from ortcompile.output.digest import InputDigest
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import is_plain_name
@@ -60,10 +60,10 @@ class PartsPlan:
     source: str  # the source model's file name
     source_path: str  # where it was, relative to the plan's directory (the check and --verify use it when it is still there)
     parts: list[str]  # part model file names, in graph order
-    specs: list[dict[str, Any]]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
+    specs: list[JsonRecord]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
     skeleton: str
     digest: InputDigest  # the source's (no files: --partition, whose digest is computed meanwhile)
-    options: dict[str, Any]  # the output-shaping options, as the manifest records them
+    options: JsonRecord  # the output-shaping options, as the manifest records them
     source_ops: dict[str, int]
     dims: dict[str, int]  # the source's dims as pinned: the check feeds the source inputs of these shapes
     budget_bytes: int  # the weights a part may hold, as split applied it (auto resolved)
@@ -100,15 +100,19 @@ class PartsPlan:
 
     def compile_options(self, **overrides: Any) -> CompileOptions:
         """The options the parts were planned with (what shapes the output), plus the caller's for finishing."""
-        recorded = self.options
-        return CompileOptions(ep=recorded["ep"], ep_options=eps.recorded_options(recorded["ep_options"], str(self.path)),  # no library
-                              layout=LayoutPolicy(**recorded["layout"]),
-                              embed=recorded["embed"], require_compiled=recorded["require_compiled"], target=recorded.get("target"),
-                              fix_dims=dict(recorded["fix_dims"]), freeze=dict(recorded.get("freeze", {})), **overrides)
+        ep_options = eps.recorded_options(self.options["ep_options"], str(self.path))  # no library
+        return dataclasses.replace(CompileOptions.from_record(self.options, **overrides), ep_options=ep_options)
 
 
-def write_plan(path: Path, document: dict[str, Any]) -> None:
-    write_new(path, json.dumps({"format": PARTS_FORMAT, **document}, indent=2, sort_keys=True) + "\n")
+def write_plan(path: Path, document: JsonRecord, internal: bool = False) -> PartsPlan:
+    """Write the plan file and return it as `PartsPlan.load` would read it (checked by the same reader; the file is
+    for stitch in another process: the writer keeps what it wrote)."""
+    written = {"format": PARTS_FORMAT, **document}
+    write_new(path, json.dumps(written, indent=2, sort_keys=True) + "\n")
+    try:
+        return _read(path, written, internal)
+    except _Invalid as exc:  # split wrote what its own reader refuses: a bug, said as plainly as a bad plan
+        raise InvalidModel(f"{path}: invalid parts plan: {exc.field!r} {exc.problem}; write it again with ortcompile split") from None
 
 
 # ---------------------------------------------------------------- validation
@@ -120,7 +124,7 @@ class _Invalid(Exception):
         self.field, self.problem = field, problem
 
 
-def _read(path: Path, document: dict[str, Any], internal: bool) -> PartsPlan:
+def _read(path: Path, document: JsonRecord, internal: bool) -> PartsPlan:
     for key in document:
         _need(key in FIELDS, str(key)[:40], "is not a field of a parts plan")
     for key in FIELDS:
@@ -143,7 +147,7 @@ def _read(path: Path, document: dict[str, Any], internal: bool) -> PartsPlan:
                      _strings(document["compile_args"], "compile_args"))
 
 
-def _plan(value: Any, count: int) -> tuple[list[dict[str, Any]], int]:
+def _plan(value: Any, count: int) -> tuple[list[JsonRecord], int]:
     """The cut: `count` parts of contiguous node ranges covering the graph, in order."""
     plan = _dict(value, "plan")
     _need(sorted(plan) == ["budget_bytes", "nodes", "parts"], "plan", "must hold budget_bytes, nodes and parts")
@@ -212,7 +216,7 @@ def _files(value: Any, where: str) -> tuple[InputFile, ...]:
     return tuple(files)
 
 
-def _options(value: Any) -> dict[str, Any]:
+def _options(value: Any) -> JsonRecord:
     """The recorded options: each key of the type ortcompile records, and nothing it would not record."""
     options = _dict(value, "options")
     _need(_is_str(options.get("ep")) and options.get("ep"), "options.ep", "must be an EP name")
@@ -228,7 +232,7 @@ def _options(value: Any) -> dict[str, Any]:
     for key in ("require_compiled", "share_weights", "prepare"):
         _need(isinstance(options.get(key), bool), f"options.{key}", "must be true or false")
     _need(options["share_weights"] is False, "options.share_weights", "must be false: split does not share weights")
-    fix_dims = _counts(options.get("fix_dims"), "options.fix_dims", 0)
+    _counts(options.get("fix_dims"), "options.fix_dims", 0)
     shapes = _dict(options.get("fix_shapes"), "options.fix_shapes")
     _need(all(_is_str(k) and isinstance(v, list) and all(_is_int(d) and d >= 0 for d in v) for k, v in shapes.items()),
           "options.fix_shapes", "must map input names to lists of dims")
@@ -239,10 +243,9 @@ def _options(value: Any) -> dict[str, Any]:
           "options.partition", "must hold budget and max_context_size (sizes or null)")
     _need("target" not in options or (_is_str(options["target"]) and options["target"]), "options.target", "must be a target name")
     try:
-        rebuilt = CompileOptions(ep=options["ep"], ep_options=ep_options, layout=LayoutPolicy(**layout), embed=options["embed"], fix_dims=fix_dims,
-                                 fix_shapes={k: tuple(v) for k, v in shapes.items()}, require_compiled=options["require_compiled"],
-                                 prepare=options["prepare"], freeze=freeze, partition=PartitionOptions(partition["budget"]),
-                                 max_context_size=partition["max_context_size"], target=options.get("target"))
+        # (split records no --cpu-nodes/--fallback: a plan that does is refused below as recording what split does not)
+        rebuilt = CompileOptions.from_record(options, partition=PartitionOptions(partition["budget"]), max_context_size=partition["max_context_size"],
+                                             cpu_nodes=(), fallback="off")
     except UsageError as exc:
         raise _Invalid("options.layout", f"is not a layout ortcompile writes ({exc.message})") from None
     recorded = rebuilt.recorded(options["ep"], options["require_compiled"], compiles=True)
@@ -275,7 +278,7 @@ def _list(value: Any, field: str) -> list[Any]:
     return list(value)
 
 
-def _dict(value: Any, field: str) -> dict[str, Any]:
+def _dict(value: Any, field: str) -> JsonRecord:
     _need(isinstance(value, dict), field, "must be an object")
     return dict(value)
 

@@ -30,7 +30,7 @@ from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shareddata import SharedDataPass
 from ortcompile.errors import UsageError, output_error
 from ortcompile.layout import DataLayout
-from ortcompile.naming import strip_onnx
+from ortcompile.naming import Destination, strip_onnx
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import WrittenFile, digest_inputs_in_background
@@ -43,22 +43,22 @@ STOP_SHARING = "ep.stop_share_ep_contexts"
 PINS = ("fix_dims", "fix_shapes")  # options the models of a batch may differ in: a batch's --fix-dim fits each model
 
 
-def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
+def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | Destination,
                    options: CompileOptions | Callable[[Path], CompileOptions], reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile `sources` as one weight-sharing batch into `output_dir`, atomically. `options`: the same for every
     model, or a function from a source to its options, which may differ only in their pins (PINS)."""
     reporter = reporter or SilentReporter()
-    output_dir = Path(output_dir)
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
     chosen = _batch_options([Path(s) for s in sources], options)
     if any(o.partition is not None for o in chosen):  # a batch is compiled whole, as one unit: a part budget would be recorded, not applied
         raise UsageError("--share-weights compiles each model whole: it cannot be combined with --partition or --max-context-size")
+    to = Destination.of(output_dir, chosen[0].output_name)  # (one set of options: one output name, if any)
     jobs: list[CompileJob] = []
     try:
         for source, model_options in zip(sources, chosen):
-            jobs.append(CompileJob.open(Path(source), output_dir, model_options, reporter))
-        return _compile_planned(jobs, output_dir)
+            jobs.append(CompileJob.open(Path(source), to.target(source), model_options, reporter))
+        return _compile_planned(jobs)
     except BaseException:
         if jobs:
             remove_created_dirs(jobs[0].created_dirs)  # the first plan created the output directory, if anyone did
@@ -77,10 +77,11 @@ def _batch_options(sources: list[Path], options: CompileOptions | Callable[[Path
     return [dataclasses.replace(o, embed="never", share_weights=True) for o in chosen]
 
 
-def _compile_planned(jobs: list[CompileJob], output_dir: Path) -> list[CompileResult]:
+def _compile_planned(jobs: list[CompileJob]) -> list[CompileResult]:
     models = [job.plan.names.model for job in jobs]
     if len(set(models)) != len(models):
         raise UsageError(f"--share-weights: two models would both be named {next(m for m in models if models.count(m) > 1)}")
+    output_dir = jobs[0].plan.target.directory  # (one directory for the batch)
     workers = Workers(native_output_shown(), jobs[0].reporter, jobs[0].plan.worker_label)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging, workers:
         digests = [digester.submit(digest_inputs_in_background, j.plan.source.path.absolute(), j.plan.source.external_files) for j in jobs]

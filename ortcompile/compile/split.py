@@ -31,16 +31,18 @@ from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, outpu
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
-from ortcompile.options import CompileOptions
+from ortcompile.options import CompileOptions, GivenInputs, JsonRecord
 from ortcompile.optiontable import TABLE, Option, part_flagged
 from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
 from ortcompile.output.publish import Staging, prepare_output_dir, remove_created_dirs
 from ortcompile.paths import model_dir
-from ortcompile.plan.planner import SourcePlan, plan_source
+from ortcompile.plan.planner import SourcePlan, part_options, plan_source
 from ortcompile.plan.shapes import Pins, apply_pins, require_static, value_dims
 from ortcompile.plan.source import SourceModel
 from ortcompile.progress import Reporter, SilentReporter
+
+ValueTypes = dict[str, Any]  # tensor name -> its onnx ValueInfoProto (onnx is imported only when a model is split)
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class SplitResult:
     stem: str
     plan: PartitionPlan
     parts: list[str]  # part model file names, in order
+    parts_plan: PartsPlan  # the plan file as written (what stitch reads)
 
     @property
     def plan_file(self) -> Path:
@@ -56,7 +59,7 @@ class SplitResult:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: dict[str, Any], link_sources: bool = False, given: dict[str, Any] | None = None,
+                recorded: JsonRecord, link_sources: bool = False, given: GivenInputs | None = None,
                 cuts: Sequence[int] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
@@ -98,16 +101,16 @@ def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, lay
                 assert part_files is not None
                 part_files.append(_write_part(part_model, model_dir(source.path), out_dir, name, layout))
         write_new(out_dir / skeleton_name(stem), _skeleton(model, plan, types).SerializeToString())
-        write_plan(out_dir / plan_file_name(stem), {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names,
-                                                    "skeleton": skeleton_name(stem), "dims": pins.named,
-                                                    "part_files": None if part_files is None else
-                                                    [[{"name": f.name, "size": f.size, "sha256": f.sha256} for f in files] for files in part_files]})
+        files = None if part_files is None else [[{"name": f.name, "size": f.size, "sha256": f.sha256} for f in written] for written in part_files]
+        document = {**recorded, "source": source.path.name, "plan": plan.to_json(), "parts": names, "skeleton": skeleton_name(stem),
+                    "dims": pins.named, "part_files": files}
+        parts_plan = write_plan(out_dir / plan_file_name(stem), document, internal=link_sources)  # (--partition's: no digests)
     except OSError as exc:
         raise output_error(exc, f"the parts in {out_dir}") from exc
-    return SplitResult(out_dir, stem, plan, names)
+    return SplitResult(out_dir, stem, plan, names, parts_plan)
 
 
-def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: dict[str, Any]) -> None:
+def _check_given(model: Any, pins: Pins, frozen: dict[str, int | float], given: GivenInputs) -> None:
     """Refuse --input that does not fit the source's inputs (with the pins in place) now, not after every part compiled."""
     from ortcompile.readback.feeds import make_feeds, specs_from_model
 
@@ -155,7 +158,7 @@ def _point_at(model: Any, links: dict[str, str]) -> None:
                 entry.value = links[entry.value]
 
 
-def _value_types(model: Any) -> dict[str, Any]:
+def _value_types(model: Any) -> ValueTypes:
     """Every tensor's type after shape inference (with the pins in place): the parts' interfaces need them."""
     import onnx
 
@@ -167,7 +170,7 @@ def _value_types(model: Any) -> dict[str, Any]:
     return {v.name: v for v in (*graph.value_info, *graph.input, *graph.output)}
 
 
-def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) -> list[Any]:
+def _interface(names: tuple[str, ...], types: ValueTypes, part: PartSpec) -> list[Any]:
     """Value infos for a part's inputs or outputs: known and static, or the split cannot work."""
     infos = []
     for name in names:
@@ -180,7 +183,7 @@ def _interface(names: tuple[str, ...], types: dict[str, Any], part: PartSpec) ->
     return infos
 
 
-def part_model_of(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
+def part_model_of(model: Any, part: PartSpec, types: ValueTypes) -> Any:
     """One part as a standalone model: its nodes, the weights they read, its inputs and outputs typed from `types`."""
     import onnx
     from onnx import helper
@@ -195,7 +198,7 @@ def part_model_of(model: Any, part: PartSpec, types: dict[str, Any]) -> Any:
     return proto
 
 
-def _skeleton(model: Any, plan: PartitionPlan, types: dict[str, Any]) -> Any:
+def _skeleton(model: Any, plan: PartitionPlan, types: ValueTypes) -> Any:
     """The model's interface and metadata, and the types of every tensor crossing a cut; no nodes, no weights."""
     import onnx
 
@@ -243,8 +246,8 @@ def split_to(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         digest = digest_inputs(source.path.absolute(), source.external_files)
         with Staging(out) as staging:
             reporter.stage(f"splitting {source.path.name}")
-            staged = split_model(source, staging.path, part_budget(options), pins, options.layout, options.freeze, plan_record(planned, digest, out))
-            result = SplitResult(out, staged.stem, staged.plan, staged.parts)
+            staged = split_model(source, staging.path, planned.part_budget, pins, options.layout, options.freeze, plan_record(planned, digest, out))
+            result = SplitResult(out, staged.stem, staged.plan, staged.parts, dataclasses.replace(staged.parts_plan, path=out / plan_file_name(staged.stem)))
             fragment = make_fragment(out, result.stem, len(result.parts), args, stitch_output)
             write_new(staging.path / fragment_name(result.stem), fragment.encode())
             files = sorted(p.name for p in staging.path.iterdir() if p.name != "replaced" and not p.name.startswith("."))
@@ -310,16 +313,7 @@ def _part_flag(entry: Option, value: Any) -> list[str]:
     return [entry.long_name, str(Path(value).absolute()) if entry.type == "file" else str(value)]
 
 
-DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
-
-
-def part_budget(options: CompileOptions) -> int:
-    """Bytes of weights per part: --partition SIZE, else --max-context-size, else the EP's graph limit."""
-    assert options.partition is not None
-    return options.partition.budget or options.max_context_size or DEFAULT_CONTEXT_SIZE
-
-
-def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> dict[str, Any]:
+def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> JsonRecord:
     """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
     (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
     records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""
@@ -329,14 +323,5 @@ def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -
             "source_ops": plan.source.op_counts,
             "source_weight_bytes": plan.source.weight_bytes,
             "source_path": Path(os.path.relpath(plan.source.path.absolute(), parts_dir.absolute())).as_posix(),
-            "compile_args": part_cli_args(part_options(plan.options))}
+            "compile_args": part_cli_args(plan.part_options)}
 
-
-def part_options(options: CompileOptions) -> CompileOptions:
-    """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
-    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
-    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
-    on the stitched model)."""
-    return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
-                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None, compatibility=False, lint=False)

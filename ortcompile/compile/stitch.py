@@ -35,7 +35,7 @@ from ortcompile.compile.shareddata import SharedDataPass
 from ortcompile.eps.request import ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, UsageError, output_error
 from ortcompile.layout import DataLayout, LayoutPolicy
-from ortcompile.naming import OutputNames
+from ortcompile.naming import OutputNames, OutputTarget
 from ortcompile.native import available_memory, native_output_shown, peak_rss_bytes
 from ortcompile.onnxfacts import attribute, blob_location, epcontext_nodes
 from ortcompile.options import CompileOptions, CompileResult, effective_check
@@ -57,8 +57,7 @@ class StitchJob:
 
     plan: PartsPlan
     compiled_dir: Path
-    output_dir: Path
-    names: OutputNames
+    target: OutputTarget  # where the stitched model is published
     options: CompileOptions
     ep: eps.ResolvedEp
     source: Path | None  # the source model when it is at hand: the check runs against it, --verify needs it
@@ -78,17 +77,21 @@ class StitchJob:
                     ep_library: str | None, reporter: Reporter, replace_stitched: bool = False) -> StitchJob:
         """`ortcompile stitch`: every check that can fail before work starts."""
         plan = PartsPlan.load(plan_path)
-        names = OutputNames.for_source(plan.source)
+        target = OutputTarget(output_dir, OutputNames.for_source(plan.source))
         if replace_stitched and not force:
-            force = _earlier_stitch(output_dir, names, plan)
+            force = _earlier_stitch(target, plan)
         options = plan.compile_options(check=check, force=force, verify=verify, ep_library=ep_library)
         ep = eps.resolve(options.ep, options.ep_options, target=options.target, library=ep_library, validate=True)
         source, missing = _source_at_hand(plan)
         if verify and source is None:
             raise UsageError(f"--verify compares with the source: {missing}")
         protected = [plan_path, *(compiled_dir / OutputNames.for_source(p).model for p in plan.parts), *([source] if source else [])]
-        created = open_destination(output_dir, names, force, protected, reporter)
-        return cls(plan, compiled_dir, output_dir, names, options, ep, source, reporter, protected, created_dirs=created, source_missing=missing)
+        created = open_destination(target, force, protected, reporter)
+        return cls(plan, compiled_dir, target, options, ep, source, reporter, protected, created_dirs=created, source_missing=missing)
+
+    @property
+    def names(self) -> OutputNames:
+        return self.target.names
 
     def build(self, staging_dir: Path) -> Built:
         """The stitched graph and its data in the stage (pass 2 included)."""
@@ -103,7 +106,7 @@ class StitchJob:
             files, graph = stage_graph(step, staging_dir, self.names.model, self.options.embed)
             verifier.check_blobs([f for f, role in files if role == "ep_context"])
         except OSError as exc:
-            raise output_error(exc, f"outputs in {self.output_dir}") from exc
+            raise output_error(exc, f"outputs in {self.target.directory}") from exc
         finally:
             verifier.close()
         self.timings["graph_pass"] = time.perf_counter() - clock
@@ -126,7 +129,7 @@ class StitchJob:
         if self.options.verify:
             assert self.source is not None  # plan_stitch refuses --verify without the source
             verify = VerifyPlan(self.source, self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), self.options.verify_criterion)
-        return FinishPlan(self.names, self.output_dir, self.protected, self.stamp_source, self.options.force, self.check_plan(staging_dir),
+        return FinishPlan(self.target, self.protected, self.stamp_source, self.options.force, self.check_plan(staging_dir),
                           verify, record, self.reporter)
 
     def check_plan(self, staging_dir: Path) -> CheckPlan:
@@ -179,7 +182,7 @@ class StitchJob:
             parts = {"parts": [dict(p) for p in manifest.parts or ()]}
         compile_peak = max((r.peak_rss_bytes for r in self.part_results), default=0)
         return CompileResult(
-            source=self.stamp_source or self.source or self.plan.path, output_dir=self.output_dir, model=self.names.model,
+            source=self.stamp_source or self.source or self.plan.path, output_dir=self.target.directory, model=self.names.model,
             ep=self.ep.name, ep_version=self.ep.version, files=[f.to_json() for f in manifest.files], epcontext_nodes=built.graph.epcontext_nodes,
             remaining_ops=built.graph.remaining_ops, graph_bytes=built.graph.graph_bytes, external_initializers=built.step.external_count,
             inline_initializers=built.step.inline_count, timings=self.timings, peak_rss_bytes=max(peak_rss_bytes(), compile_peak),
@@ -200,7 +203,7 @@ def stitch_model(plan_path: str | os.PathLike[str], compiled_dir: str | os.PathL
     digest: Future[InputDigest] = Future()
     digest.set_result(job.plan.digest)
     try:
-        with Workers(native_output_shown(), reporter, f"the {job.ep.info.short_name} EP") as workers, Staging(job.output_dir) as staging:
+        with Workers(native_output_shown(), reporter, f"the {job.ep.info.short_name} EP") as workers, Staging(job.target.directory) as staging:
             built = job.build(staging.path)
             return job.result(built, finish([built], staging, workers, [digest])[0])
     except BaseException:
@@ -263,19 +266,20 @@ def _source_at_hand(plan: PartsPlan) -> tuple[Path | None, str]:
     return path, ""
 
 
-def _earlier_stitch(output_dir: Path, names: OutputNames, plan: PartsPlan) -> bool:
+def _earlier_stitch(target: OutputTarget, plan: PartsPlan) -> bool:
     """--replace-stitched: whether what `output_dir` holds of this model is an earlier stitch of it (a model of
     this source's parts), which it replaces; any other output there is refused, as without --force."""
-    if not previous_outputs(output_dir, names):
+    if not previous_outputs(target):
         return False
+    names = target.names
     try:
-        manifest = Manifest.load(output_dir / names.manifest)
+        manifest = Manifest.load(target.manifest_path)
     except ManifestError:
         manifest = None
     parts = manifest.parts if manifest is not None else None
     if manifest is None or manifest.model != names.model or not parts or \
             not all(isinstance(p, dict) and isinstance(p.get("model"), str) and is_part_file(plan.stem, p["model"]) for p in parts):
-        raise OutputError(f"{output_dir / names.model} already exists and is not a stitched {plan.source}: --replace-stitched replaces "
+        raise OutputError(f"{target.model_path} already exists and is not a stitched {plan.source}: --replace-stitched replaces "
                           "only an earlier stitch; choose another -o, or replace it with --force")
     return True
 

@@ -16,13 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.partition import PartitionPlan, plan_partition
-from ortcompile.compile.split import DEFAULT_CONTEXT_SIZE, part_model_of
+from ortcompile.compile.split import part_model_of
 from ortcompile.errors import CompilationFailed
 from ortcompile.onnxfacts import stored_nbytes
+from ortcompile.optiontable import PARTITION_AUTO
+from ortcompile.plan.planner import DEFAULT_CONTEXT_SIZE
 from ortcompile.plan.shapes import Pins, apply_pins
 from ortcompile.readback.given import Given
 
-AUTO = 0  # --partition auto: parts only when the weights would make a context over the EP's limit
+AUTO = PARTITION_AUTO  # --partition auto: parts only when the weights would make a context over the EP's limit
 
 
 def part_budget(partition: int | None, weight_bytes: int) -> int | None:

@@ -32,7 +32,8 @@ from ortcompile import eps
 from ortcompile.durable import replace_file
 from ortcompile.eps.discovery import library_info
 from ortcompile.errors import OutputError
-from ortcompile.naming import OutputNames
+from ortcompile.naming import OutputTarget
+from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
 from ortcompile.output.digest import InputDigest, hash_file
 from ortcompile.output.manifest import Manifest, ManifestError, Versions
@@ -57,22 +58,22 @@ class Fingerprint:
         return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
-def stamp_path(output_dir: Path, names: OutputNames) -> Path:
+def stamp_path(target: OutputTarget) -> Path:
     """Outside the output directory, so outputs stay exactly the files the manifest lists."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortcompile" / "stamps"
-    key = hashlib.sha256(str((output_dir / names.manifest).resolve()).encode()).hexdigest()[:32]
+    key = hashlib.sha256(str(target.manifest_path.resolve()).encode()).hexdigest()[:32]
     return cache / f"{key}.json"
 
 
-def write_stamp(output_dir: Path, names: OutputNames, source: Path, digest: InputDigest) -> None:
+def write_stamp(target: OutputTarget, source: Path, digest: InputDigest) -> None:
     """Remember each input's fingerprint next to the sha256 it hashed to (a cache: failure is harmless)."""
     entries = [{"name": name, "sha256": sha, **fp} for (name, _, sha), fp in zip(digest.files, digest.fingerprints)]
     stamp = {"format": STAMP_FORMAT, "source_dir": str(model_dir(source)), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
-    target = stamp_path(output_dir, names)
+    path = stamp_path(target)
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         # Atomic, not synced: a stamp lost to a power cut costs one re-hash, an fsync would cost every compile.
-        replace_file(target, json.dumps(stamp, sort_keys=True), pending=target.with_name(target.name + f".{os.getpid()}.tmp"), sync=False)
+        replace_file(path, json.dumps(stamp, sort_keys=True), pending=path.with_name(path.name + f".{os.getpid()}.tmp"), sync=False)
     except OSError:
         pass
 
@@ -115,13 +116,28 @@ def _installed_version(distribution: str) -> str:
         return "missing"
 
 
-def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, names: OutputNames | None = None) -> str:
-    """'' when the published output is current for this source and these options, else the reason."""
-    names = names or OutputNames.for_compile(source, options.output_name)
+@dataclass(frozen=True)
+class Freshness:
+    """--if-changed's answer: the published output's result when it is current, else why it is rebuilt."""
+
+    result: CompileResult | None
+    reason: str = ""
+
+
+def published_if_current(source: Path, target: OutputTarget, options: CompileOptions, started: float) -> Freshness:
+    """The published output's result when it is current for this source and these options (its manifest read once;
+    `started`: the perf_counter the check began at), else the reason it is not."""
     try:
-        manifest = Manifest.load(output_dir / names.manifest)
+        manifest = Manifest.load(target.manifest_path)
     except ManifestError:
-        return "no readable manifest"
+        return Freshness(None, "no readable manifest")
+    reason = _why_stale(source, target, options, manifest)
+    if reason:
+        return Freshness(None, reason)
+    return Freshness(_up_to_date_result(source, target, manifest, time.perf_counter() - started, peak_rss_bytes()))
+
+
+def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, manifest: Manifest) -> str:
     info = expected_ep(options)
     if info is None or manifest.ep != info.short_name:
         return "the execution provider differs"
@@ -135,10 +151,10 @@ def why_not_up_to_date(source: Path, output_dir: Path, options: CompileOptions, 
     if manifest.versions != versions:
         return "ortcompile, onnxruntime or EP version differs"
     for entry in manifest.files:
-        target = output_dir / entry.name
-        if not target.is_file() or target.stat().st_size != entry.size:
+        published = target.directory / entry.name
+        if not published.is_file() or published.stat().st_size != entry.size:
             return f"output {entry.name} is missing or changed size"
-    return _inputs_changed(source, output_dir, names, manifest)
+    return _inputs_changed(source, target, manifest)
 
 
 def _check_strength(check: dict[str, Any] | None) -> int:
@@ -148,11 +164,11 @@ def _check_strength(check: dict[str, Any] | None) -> int:
     return CHECK_MODES.index(check["mode"]) if check.get("mode") in CHECK_MODES else 0
 
 
-def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest: Manifest) -> str:
+def _inputs_changed(source: Path, target: OutputTarget, manifest: Manifest) -> str:
     recorded = manifest.input_files
     if not recorded or recorded[0].name != source.name:
         return "the manifest was made from another input"
-    stamp = _load_json(stamp_path(output_dir, names))
+    stamp = _load_json(stamp_path(target))
     if stamp.get("source_dir") != str(model_dir(source)):
         stamp = {}
     base = model_dir(source)
@@ -176,7 +192,7 @@ def _inputs_changed(source: Path, output_dir: Path, names: OutputNames, manifest
         files.append((entry.name, entry.size, sha))
         fingerprints.append(fingerprint.__dict__)
     if rehashed:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
-        write_stamp(output_dir, names, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))
+        write_stamp(target, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))
     return ""
 
 
@@ -205,13 +221,13 @@ def write_depfile(path: Path, rules: list[str]) -> None:
         raise OutputError(f"cannot write depfile {path}: {exc.strerror}") from exc
 
 
-def up_to_date_result(source: Path, output_dir: Path, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
+def _up_to_date_result(source: Path, target: OutputTarget, manifest: Manifest, seconds: float, peak_rss: int) -> CompileResult:
     """The result of a compile that found its output current and did nothing."""
     return CompileResult(
-        source=source, output_dir=output_dir, model=manifest.model, ep=manifest.versions.ep_name,
+        source=source, output_dir=target.directory, model=manifest.model, ep=manifest.versions.ep_name,
         ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
         epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
-        graph_bytes=(output_dir / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
+        graph_bytes=(target.directory / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
         inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
         inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
         compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,

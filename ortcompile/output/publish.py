@@ -29,7 +29,7 @@ from typing import Any
 
 from ortcompile.durable import fsync_dir, replace_file
 from ortcompile.errors import OutputError, output_error
-from ortcompile.naming import MANIFEST_SUFFIX, OutputNames, carries_digest
+from ortcompile.naming import MANIFEST_SUFFIX, OutputNames, OutputTarget, carries_digest
 from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.paths import is_plain_name
 
@@ -61,17 +61,17 @@ def remove_created_dirs(created: list[Path]) -> None:
             return  # not empty (someone else's files) or already gone: leave it and its parents
 
 
-def previous_outputs(output_dir: Path, names: OutputNames) -> list[str]:
+def previous_outputs(target: OutputTarget) -> list[str]:
     """Files an earlier compile of this model published here, per its manifest (or the model alone)."""
     found: list[str] = []
-    manifest = output_dir / names.manifest
+    names, manifest = target.names, target.manifest_path
     if manifest.is_file():
         try:
             found += Manifest.load(manifest).names()
         except ManifestError:
             pass  # an unreadable manifest is replaced; its files are found by name below
         found.append(names.manifest)
-    if (output_dir / names.model).exists():
+    if target.model_path.exists():
         found.append(names.model)
     return sorted(set(found))
 
@@ -118,15 +118,16 @@ def _listed_by_others(output_dir: Path, names: list[OutputNames]) -> set[str]:
     return listed
 
 
-def already_exists(output_dir: Path, names: OutputNames, existing: list[str]) -> str:
+def already_exists(target: OutputTarget, existing: list[str]) -> str:
     """Name the model (what the user asked for), not whichever of its files sorts first."""
+    names = target.names
     shown = names.model if names.model in existing or names.manifest in existing else existing[0]
-    return f"{output_dir / shown} already exists; replace it with --force (CompileOptions(force=True) from Python)"
+    return f"{target.directory / shown} already exists; replace it with --force (CompileOptions(force=True) from Python)"
 
 
-def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs: list[Path]) -> None:
+def check_destination(target: OutputTarget, force: bool, inputs: list[Path]) -> None:
     """Refuse to overwrite earlier outputs without --force, and the input model ever."""
-    existing = previous_outputs(output_dir, names)
+    existing, names, output_dir = previous_outputs(target), target.names, target.directory
     targets = {(output_dir / n).resolve() for n in [*existing, names.model, names.manifest]}
     out = output_dir.resolve()
     for path in inputs:
@@ -136,7 +137,7 @@ def check_destination(output_dir: Path, names: OutputNames, force: bool, inputs:
         if resolved in targets or ours:
             raise OutputError(f"the output would overwrite the input {path}; choose another -o")
     if existing and not force:
-        raise OutputError(already_exists(output_dir, names, existing))
+        raise OutputError(already_exists(target, existing))
 
 
 def _stage_owner(stage: Path) -> int | None:
@@ -250,7 +251,7 @@ class Staging:
     def __exit__(self, *exc_info: object) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
 
-    def publish(self, ordered_names: list[str], names: OutputNames | list[OutputNames], force: bool, inputs: list[Path] = ()) -> None:  # type: ignore[assignment]
+    def publish(self, ordered_names: list[str], targets: list[OutputTarget], force: bool, inputs: list[Path] = ()) -> None:  # type: ignore[assignment]
         """Move staged files into place in order (data, blobs, model, manifest), then drop the previous generation's
         files the new one does not use (`superseded`).
 
@@ -261,8 +262,8 @@ class Staging:
             with directory_lock(self.output_dir):
                 remove_stale_stages(self.output_dir)
                 _refuse_overwriting_inputs(self.output_dir, ordered_names, inputs)
-                outputs = names if isinstance(names, list) else [names]
-                existing = sorted({f for n in outputs for f in previous_outputs(self.output_dir, n)})
+                outputs = [t.names for t in targets]
+                existing = sorted({f for t in targets for f in previous_outputs(t)})
                 clashing = [n for n in ordered_names if (self.output_dir / n).exists() or (self.output_dir / n).is_symlink()]
                 if (existing or clashing) and not force:
                     raise OutputError(f"{self.output_dir / (existing or clashing)[0]} already exists; replace it with --force "

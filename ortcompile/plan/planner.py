@@ -7,19 +7,22 @@ compile); `plan_compile` adds where the output goes and what the check and --ver
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
-from ortcompile.naming import OutputNames
-from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, effective_check
+from ortcompile.naming import OutputNames, OutputTarget
+from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, GivenInputs, JsonRecord, effective_check
+from ortcompile.optiontable import CriterionSettings
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.sizes import format_size
+
+DEFAULT_CONTEXT_SIZE = 1 << 30  # HTP: one graph over ~2 GB fails to finalize; ~1 GB ones compile
 
 
 class _Planned:
@@ -30,20 +33,29 @@ class _Planned:
     pins: Pins
     require_compiled: bool
     options: CompileOptions
+    request: EpRequest
 
     @property
     def compiles(self) -> bool:
         return self.ep.info.compiles
 
     @property
-    def request(self) -> EpRequest:
-        return ep_request(self.options)
-
-    @property
     def precision(self) -> str:
         return ep_precision(self.ep, self.source.op_counts)
 
-    def recorded_options(self) -> dict[str, Any]:
+    @property
+    def part_budget(self) -> int:
+        """--partition: the bytes of weights per part, decided here once: SIZE, else --max-context-size, else the EP's
+        graph limit (`auto`: PartitionOptions.budget None)."""
+        assert self.options.partition is not None
+        return self.options.partition.budget or self.options.max_context_size or DEFAULT_CONTEXT_SIZE
+
+    @property
+    def part_options(self) -> CompileOptions:
+        """--partition: the options each part is compiled with."""
+        return part_options(self.options)
+
+    def recorded_options(self) -> JsonRecord:
         """The options that shape the output, as the manifest and the parts plan record them."""
         return self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles)
 
@@ -57,6 +69,7 @@ class SourcePlan(_Planned):
     pins: Pins
     require_compiled: bool
     options: CompileOptions
+    request: EpRequest  # --ep, --ep-option, --target, --ep-library as every session, probe and check asks for the EP: made once here
 
 
 @dataclass(frozen=True)
@@ -70,8 +83,8 @@ class CheckPlan:
     precision: str
     dims: dict[str, int]
     freeze: dict[str, int | float]  # fed to the source at their frozen values
-    inputs: dict[str, Any]  # --input
-    verify_criterion: dict[str, Any] | None  # --verify's settings: the check judges by its criterion
+    inputs: GivenInputs  # --input
+    verify_criterion: CriterionSettings | None  # --verify's settings: the check judges by its criterion
     note: str | None = None  # said (-v) when the check starts: why it does less than asked
 
 
@@ -82,8 +95,8 @@ class VerifyPlan:
     source: Path
     dims: dict[str, int]
     freeze: dict[str, int | float]
-    inputs: dict[str, Any]
-    criterion: dict[str, Any]
+    inputs: GivenInputs
+    criterion: CriterionSettings
 
 
 @dataclass(frozen=True)
@@ -95,10 +108,18 @@ class CompilePlan(_Planned):
     pins: Pins
     require_compiled: bool
     options: CompileOptions
-    output_dir: Path
-    names: OutputNames
+    request: EpRequest
+    target: OutputTarget  # where it is published: -o, resolved once by the driver's entry (job.py)
     check: CheckPlan
     verify: VerifyPlan | None
+
+    @property
+    def output_dir(self) -> Path:
+        return self.target.directory
+
+    @property
+    def names(self) -> OutputNames:
+        return self.target.names
 
     @property
     def inputs(self) -> list[Path]:
@@ -111,12 +132,11 @@ class CompilePlan(_Planned):
         return f"the {self.ep.info.short_name} EP" if self.compiles else "ONNX Runtime"
 
 
-def plan_compile(source_path: Path, output_dir: Path, options: CompileOptions) -> CompilePlan:
+def plan_compile(source_path: Path, target: OutputTarget, options: CompileOptions) -> CompilePlan:
     """Every decision of one model's compile that can be made (and refused) before work starts."""
     planned = plan_source(source_path, options)
-    source = planned.source
-    return CompilePlan(source, planned.ep, planned.pins, planned.require_compiled, options, output_dir,
-                       OutputNames.for_compile(source.path, options.output_name), _check_plan(planned), _verify_plan(planned))
+    return CompilePlan(planned.source, planned.ep, planned.pins, planned.require_compiled, options, planned.request, target,
+                       _check_plan(planned), _verify_plan(planned))
 
 
 def _check_plan(planned: SourcePlan) -> CheckPlan:
@@ -152,7 +172,7 @@ def plan_source(source_path: Path, options: CompileOptions) -> SourcePlan:
         require_static(source, pins, ep.info.short_name, frozen=set(options.freeze))
     require = ep.info.compiles if options.require_compiled is None else options.require_compiled
     _warn_oversized_for_shards(source, options.layout.shard_size)
-    return SourcePlan(source, ep, pins, require, options)
+    return SourcePlan(source, ep, pins, require, options, ep_request(options))
 
 
 def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> None:
@@ -163,6 +183,16 @@ def _warn_oversized_for_shards(source: SourceModel, shard_size: int | None) -> N
         warnings.warn(f"--shard-size {shard_size}: {len(oversized)} tensor{'s are' if len(oversized) > 1 else ' is'} larger "
                       f"(largest {largest.name!r}, {largest.nbytes} bytes) and get a data file of their own, over that size",
                       OrtCompileWarning, stacklevel=3)
+
+
+def part_options(options: CompileOptions) -> CompileOptions:
+    """Each part: the same EP, options, target and layout; no pins (a part's shapes are static), nothing frozen
+    (the split applied it), no --verify (the stitched model is verified), replaced if a stage is retried. A part the
+    EP takes nothing of stays on the CPU EP, as those nodes would in a whole compile ('nothing compiled' is judged
+    on the stitched model)."""
+    return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
+                               force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
+                               output_name=None, compatibility=False, lint=False)
 
 
 def ep_request(options: CompileOptions) -> EpRequest:
