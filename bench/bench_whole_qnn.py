@@ -4,6 +4,7 @@
     python bench/bench_whole_qnn.py --gb 1.6 --reps 3                       # raw vs this tree's ortcompile
     python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --also /work/main     # and another tree's ortcompile
     python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --raw-thp             # and raw with the worker's huge pages
+    python bench/bench_whole_qnn.py --model common_det.onnx --reps 5       # a static real model instead
 
 Model: tests/bigmodel.py's MatMul/Add chain (3 x 256 MiB fp32 weights per QNN partition, a damped Sinh on the
 CPU between partitions). `raw` = bench_compile.RAW_SCRIPT (one ModelCompiler.compile_to_file, the default
@@ -24,6 +25,7 @@ import shutil
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
@@ -49,6 +51,7 @@ def command(method: str, trees: dict[str, Path], model: Path, out: Path) -> tupl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.6, help="model size (rounded to 768 MiB partitions)")
+    parser.add_argument("--model", type=Path, default=None, help="compile this static model instead of generating one")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
     parser.add_argument("--raw-thp", action="store_true", help="also time raw with glibc's malloc on transparent huge pages")
@@ -60,10 +63,12 @@ def main() -> None:
     # would import that tree's package whatever PYTHONPATH says (--also compared a tree with itself)
     os.chdir(work)
     groups = max(1, round(args.gb * 1e9 / (3 * 256 * 2**20)))
-    model = write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
+    given = args.model.absolute() if args.model else None
+    model = SimpleNamespace(path=given, total_bytes=given.stat().st_size) if given else \
+        write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
     trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
     methods = ["raw", *(["raw+thp"] if args.raw_thp else []), *trees]
-    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB, {groups} QNN partitions; load {os.getloadavg()[0]:.2f}", flush=True)
+    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB{'' if given else f', {groups} QNN partitions'}; load {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for rep in range(args.reps):
         for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
