@@ -3,12 +3,16 @@
 
     python bench/bench_whole_qnn.py --gb 1.6 --reps 3                       # raw vs this tree's ortcompile
     python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --also /work/main     # and another tree's ortcompile
+    python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --raw-thp             # and raw with the worker's huge pages
+    python bench/bench_whole_qnn.py --model common_det.onnx --reps 5       # a static real model instead
 
 Model: tests/bigmodel.py's MatMul/Add chain (3 x 256 MiB fp32 weights per QNN partition, a damped Sinh on the
 CPU between partitions). `raw` = bench_compile.RAW_SCRIPT (one ModelCompiler.compile_to_file, the default
 target's options, no fsync); `ortcompile` = `compile --ep qnn --check none --json` (prepare and fsync of
-every output included). Each run is a fresh process after `sync`; methods rotate every repetition. Prints
-each run (wall and the tree's user + system CPU), then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
+every output included); `raw+thp` = raw with the environment ortcompile gives its compile worker (glibc's
+malloc on transparent huge pages, child.HUGE_PAGES_TUNABLE), so the gain from it is shown apart. Each run is
+a fresh process after `sync`; methods rotate every repetition. Prints each run (wall and the tree's user + system
+CPU), then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
 """
 
 from __future__ import annotations
@@ -21,20 +25,25 @@ import shutil
 import statistics
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO))  # this tree's constants, whatever the installed package is
 
 from bench_compile import RAW_SCRIPT  # noqa: E402
 from bench_partition import RAW_TARGET_OPTIONS, GiB, measure  # noqa: E402
 from bigmodel import write_qnn_model  # noqa: E402
 
+from ortcompile.child import HUGE_PAGES_TUNABLE  # noqa: E402
+
 
 def command(method: str, trees: dict[str, Path], model: Path, out: Path) -> tuple[list[str], dict[str, str]]:
-    if method == "raw":
-        return [sys.executable, "-c", RAW_SCRIPT, str(model), str(out / "m_ctx.onnx"), "qnn", *RAW_TARGET_OPTIONS], {}
+    if method.startswith("raw"):
+        env = {"GLIBC_TUNABLES": HUGE_PAGES_TUNABLE} if method == "raw+thp" else {}
+        return [sys.executable, "-c", RAW_SCRIPT, str(model), str(out / "m_ctx.onnx"), "qnn", *RAW_TARGET_OPTIONS], env
     argv = [sys.executable, "-m", "ortcompile", "compile", str(model), "-o", str(out), "--ep", "qnn", "--check", "none", "--json"]
     return argv, {"PYTHONPATH": str(trees[method])}
 
@@ -42,8 +51,10 @@ def command(method: str, trees: dict[str, Path], model: Path, out: Path) -> tupl
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gb", type=float, default=1.6, help="model size (rounded to 768 MiB partitions)")
+    parser.add_argument("--model", type=Path, default=None, help="compile this static model instead of generating one")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
+    parser.add_argument("--raw-thp", action="store_true", help="also time raw with glibc's malloc on transparent huge pages")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = (args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn").absolute()
@@ -52,10 +63,12 @@ def main() -> None:
     # would import that tree's package whatever PYTHONPATH says (--also compared a tree with itself)
     os.chdir(work)
     groups = max(1, round(args.gb * 1e9 / (3 * 256 * 2**20)))
-    model = write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
+    given = args.model.absolute() if args.model else None
+    model = SimpleNamespace(path=given, total_bytes=given.stat().st_size) if given else \
+        write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
     trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
-    methods = ["raw", *trees]
-    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB, {groups} QNN partitions; load {os.getloadavg()[0]:.2f}", flush=True)
+    methods = ["raw", *(["raw+thp"] if args.raw_thp else []), *trees]
+    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB{'' if given else f', {groups} QNN partitions'}; load {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for rep in range(args.reps):
         for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
@@ -69,8 +82,9 @@ def main() -> None:
             after = resource.getrusage(resource.RUSAGE_CHILDREN)
             # user + system CPU of the run's whole tree (every waited-for descendant): steadier than wall on a loaded machine
             result["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
-            os.environ.pop("PYTHONPATH", None)
-            if result["rc"] == 0 and method != "raw":
+            for name in env:
+                os.environ.pop(name, None)
+            if result["rc"] == 0 and not method.startswith("raw"):
                 result["prepare"] = json.loads(result["stdout"])["outputs"][0]["timings"].get("prepare")
             results[method].append(result)
             print(f"  {method:22s} rc={result['rc']} wall {result['wall']:6.1f}s cpu {result['cpu']:6.1f}s peak {result['peak_rss'] / GiB:5.2f} GiB"

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ortcompile.child import die_with_parent, ended, launch, leave, stop
+from ortcompile.child import die_with_parent, ended, huge_page_env, launch, leave, stop
 from ortcompile.errors import CompilationFailed, InternalError
 from ortcompile.native import reset_peak_rss, route_child_output, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
@@ -70,7 +70,7 @@ class Worker:
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
         self._process = launch("ortcompile.worker:main", str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0",
-                               pass_fds=(from_parent, to_parent))
+                               pass_fds=(from_parent, to_parent), env=huge_page_env(os.environ))
         os.close(from_parent)
         os.close(to_parent)
         self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))

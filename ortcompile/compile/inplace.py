@@ -1,22 +1,24 @@
 """Prepare without re-writing the weights the optimizer cannot change (issue 22).
 
 ORT's offline optimizer writes every initializer of the model it saves, so a prepare of a 1.6 GB model used
-to copy 1.6 GB it never changed. Instead the optimizer runs twice, neither time writing those weights:
+to copy 1.6 GB it never changed. Instead the optimizer runs once on a copy of the graph in which the weights it
+cannot change are graph inputs of the same name, type and shape: it writes the bytes of every tensor it creates
+or changes, and only those, and never reads the set-aside ones. The prepared graph is that run's, with each
+set-aside weight an initializer again, referencing the source's own data file (hard-linked beside it, offsets
+unchanged), after the initializers the run wrote.
 
-- on the graph as before, with its external data file a link to /dev/null: this gives the optimized graph
-  exactly as before (nodes, names, initializer order), minus the bytes;
-- on a copy in which the weights it cannot change are graph inputs of the same name, type and shape: this
-  writes the bytes of every tensor it creates or changes, and only those.
-
-The prepared graph is the first, each set-aside weight referencing the source's own data file (hard-linked
-beside it, offsets unchanged), every other external tensor the bytes the second run wrote. Both runs must
-agree node for node; if they do not, the caller falls back to one ordinary run.
+Until issue 22's second round a first run optimized the whole graph as well (its data file a link to /dev/null,
+for the nodes and the initializer order exactly as an ordinary run gives them), and the two had to agree node for
+node: that run read every weight (1.5 CPU s of a 1.6 GB model) to write it nowhere. The nodes are the same by
+construction (below); the initializer order is not (set-aside weights last), which changes the prepared graph's
+bytes, not what it computes.
 
 Which weights are set aside: those whose every use is the weight input of a MatMul or Gemm, or the table of
 a Gather, whose other operand depends on a graph input (constant folding cannot fold the node, whatever the
 weight holds). The BASIC rules that read such a weight's values need QDQ or BatchNormalization nodes
 (WeightBiasQuantization, MatMulBNFusion): a model with either keeps the ordinary run. The other rules look
-at its shape only (MatMulAddFusion), which the graph input keeps.
+at its shape only (MatMulAddFusion), which the graph input keeps (tests/test_prepare_inplace.py compares the
+two ways node for node on each pattern).
 """
 
 from __future__ import annotations
@@ -70,27 +72,19 @@ def set_aside(model: Any, source_paths: dict[str, Path], out_dir: Path, stem: st
     return SetAside(tensors, {name: path for name, path in links.values()})
 
 
-def merge(full: Any, folded: Any, aside: SetAside) -> bool:
-    """Complete `full` (the graph as optimized, its external data discarded) with the bytes' places: set-aside
-    weights in the source's files, the rest where `folded` (the run without them) wrote them. False, and
-    `full` unusable, when the two runs did not optimize alike."""
-    graph = full.graph
-    if [n.SerializeToString() for n in graph.node] != [n.SerializeToString() for n in folded.graph.node]:
+def restore(optimized: Any, aside: SetAside) -> bool:
+    """Make the set-aside weights initializers of `optimized` again (the graph as ORT optimized it with them as
+    inputs), each referencing the source's own file; one no node reads any more is left out, as ORT drops an unused
+    initializer. False, `optimized` unusable, when a set-aside input is not where it was put (the run changed it)."""
+    graph = optimized.graph
+    inputs = {value.name: value for value in graph.input}
+    if any(name not in inputs for name in aside.tensors):
         return False
-    written = {t.name: t for t in folded.graph.initializer}
-    for tensor in graph.initializer:
-        if tensor.name in aside.tensors:
-            replacement = aside.tensors[tensor.name]
-        elif tensor.data_location == 1:
-            replacement = written.get(tensor.name)
-            if replacement is None or replacement.data_location != 1:
-                return False
-        else:
-            continue
-        if list(replacement.dims) != list(tensor.dims) or replacement.data_type != tensor.data_type:
-            return False
-        del tensor.external_data[:]
-        tensor.external_data.extend(replacement.external_data)
+    kept = [value for value in graph.input if value.name not in aside.tensors]
+    del graph.input[:]
+    graph.input.extend(kept)
+    read = {name for node in graph.node for name in node.input} | {output.name for output in graph.output}
+    graph.initializer.extend(tensor for name, tensor in aside.tensors.items() if name in read)
     return True
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from ortcompile.compile.epfixes import FixReport, apply_ep_fixes, disabled_optimizers
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.compile.inplace import SetAside, merge, set_aside
+from ortcompile.compile.inplace import SetAside, restore, set_aside
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
 from ortcompile.native import native_stdout_to_stderr
@@ -90,8 +90,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     aside = set_aside(model, source_paths or {}, out_dir, source.name, inline_threshold)
     optimized = None
     if aside is not None:
-        optimized = _optimize_in_place(model_bytes, model.SerializeToString(), aside, source, prepared, inline_threshold, pins, weight_bytes,
-                                       disabled)
+        optimized = _optimize_in_place(model.SerializeToString(), aside, source, prepared, inline_threshold, pins, weight_bytes, disabled)
     if optimized is None:
         aside = None
         _optimize(model_bytes, source, prepared, f"{prepared.name}.data", inline_threshold, pins, weight_bytes, disabled)
@@ -124,33 +123,23 @@ def _infer_shapes(model: Any) -> None:
     model.graph.value_info.extend(inferred.graph.value_info)
 
 
-def _optimize_in_place(model_bytes: bytes, aside_bytes: bytes, aside: SetAside, source: Path, prepared: Path, inline_threshold: int,
-                       pins: Pins, weight_bytes: int, disabled: list[str]) -> Any | None:
-    """The optimized graph with the set-aside weights never re-written (inplace.py); None: fall back to one
-    ordinary run (the two runs disagreed, or the run without the weights failed)."""
+def _optimize_in_place(aside_bytes: bytes, aside: SetAside, source: Path, prepared: Path, inline_threshold: int, pins: Pins,
+                       weight_bytes: int, disabled: list[str]) -> Any | None:
+    """The optimized graph with the set-aside weights never re-written (inplace.py): one ORT run, on the graph with
+    them as inputs; None: fall back to one ordinary run (that run failed, or its graph cannot take them back)."""
     import onnx
 
-    discarded = prepared.with_name(f"{prepared.name}.discarded.data")
-    folded = prepared.with_name(f"{prepared.name}.folded.onnx")
-    discarded.unlink(missing_ok=True)
-    discarded.symlink_to(os.devnull)  # the graph's own run: every byte it writes is thrown away, unread
     try:
-        _optimize(model_bytes, source, prepared, discarded.name, inline_threshold, pins, weight_bytes, disabled)
-    finally:
-        discarded.unlink(missing_ok=True)
-    full = onnx.load_model(str(prepared), load_external_data=False)
-    try:
-        _optimize(aside_bytes, source, folded, f"{prepared.name}.data", inline_threshold, pins, weight_bytes, disabled)
-        merged = merge(full, onnx.load_model(str(folded), load_external_data=False), aside)
+        _optimize(aside_bytes, source, prepared, f"{prepared.name}.data", inline_threshold, pins, weight_bytes, disabled)
+        optimized = onnx.load_model(str(prepared), load_external_data=False)
+        restored = restore(optimized, aside)
     except Exception:
-        merged = False
-    finally:
-        folded.unlink(missing_ok=True)
-    if not merged:
+        restored = False
+    if not restored:
         for path in aside.source_files.values():
             path.unlink(missing_ok=True)
         return None
-    return full
+    return optimized
 
 
 def _optimize(model_bytes: bytes, source: Path, prepared: Path, data_name: str, inline_threshold: int, pins: Pins, weight_bytes: int,

@@ -15,7 +15,6 @@ from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
 
 HASH_WINDOW = 32 << 20
-HASH_CHUNK = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -45,16 +44,17 @@ def hash_and_sync(path: Path) -> WrittenFile:
 
 
 def hash_file(path: Path) -> WrittenFile:
-    """Read through one small buffer: a fresh multi-MiB buffer per read would land on the thread's malloc
-    arena, which keeps it after it is freed, so a batch's footprint would grow with each hashing thread."""
+    """Through mmap windows of HASH_WINDOW: read() copied every byte once more into a buffer (0.2-0.5 s of system
+    time per 1.6 GB of page cache, measured), and a window unmapped after use leaves no buffer behind for a
+    thread's malloc arena to keep (a batch's footprint would grow with each hashing thread)."""
     digest = hashlib.sha256()
-    buffer = bytearray(HASH_CHUNK)
-    view = memoryview(buffer)
-    size = 0
-    with open(path, "rb", buffering=0) as stream:
-        while count := stream.readinto(buffer):
-            digest.update(view[:count])
-            size += count
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            hash_file_range(digest, fd, 0, size)
+    finally:
+        os.close(fd)
     return WrittenFile(path.name, size, digest.hexdigest())
 
 
