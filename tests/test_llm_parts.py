@@ -28,9 +28,11 @@ for _module in ("onnxruntime_genai", "transformers", "torch", "onnx_ir"):
 from llmmodels import genai_builder_model  # noqa: E402
 from test_llm import SETTINGS, assert_generates_like, graph, signature  # noqa: E402
 
-from ortcompile.llm.genai import read_genai_folder  # noqa: E402
-from ortcompile.llm.parts import part_budget  # noqa: E402
+from ortcompile.llm.genai import DECODE, PREFILL, read_genai_folder  # noqa: E402
+from ortcompile.llm.package import LlmOptions, stage_pins  # noqa: E402
+from ortcompile.llm.parts import part_budget, split_stages, weight_bytes  # noqa: E402
 from ortcompile.llm.surgery import rewrite_decoder  # noqa: E402
+from ortcompile.onnxfacts import stored_nbytes  # noqa: E402
 
 pytestmark = pytest.mark.llm
 PARTS = ("--partition", "300KB")
@@ -113,6 +115,28 @@ def test_auto_cuts_only_over_the_limit() -> None:
     gib = 1 << 30
     assert (part_budget(0, gib), part_budget(0, gib + 1), part_budget(0, 3 * gib)) == (None, gib, gib)
     assert (part_budget(300_000, 689_408), part_budget(300_000, 300_000), part_budget(None, 3 * gib)) == (300_000, None, None)
+
+
+def test_int4_parts_are_sized_by_what_qnn_holds(tmp_path: Path) -> None:
+    """QNN's compile holds MatMulNBits' packed int4 weights at ~3x their bytes (docs/performance.md: the 0.70 GB int4
+    build compiled whole peaked at 5.57 GiB, over 4x its size + 1 GiB): the part plan counts them at that size, so a
+    decoder whose stored weights fit the budget but whose held ones do not is cut, into parts each within it."""
+    genai = read_genai_folder(genai_builder_model("int4"))
+    options = LlmOptions(context_length=64, prefill_length=8)
+    graphs = {PREFILL: tmp_path / "prefill.onnx", DECODE: tmp_path / "decode.onnx"}
+    pins = {s: stage_pins(rewrite_decoder(genai, graphs[s], 8 if s == PREFILL else 1), genai, options, s) for s in graphs}
+    proto = graph(graphs[PREFILL])
+    stored = {t.name: stored_nbytes(t) for t in proto.graph.initializer}
+    packed = {n.input[1] for n in proto.graph.node if n.op_type == "MatMulNBits"}
+    assert len(packed) == 2 * 5 + 1  # per layer: qkv (packed), o, gate, up, down; and the lm_head
+    held = weight_bytes(graphs[PREFILL])
+    assert held == sum(stored.values()) + 2 * sum(stored[name] for name in packed)
+    budget = (sum(stored.values()) + held) // 2  # the stored weights fit, the held ones do not
+    assert part_budget(budget, held) == budget
+    parts = split_stages(graphs, pins, budget)
+    assert len(parts[PREFILL]) == len(parts[DECODE]) >= 2
+    for path in (*parts[PREFILL], *parts[DECODE]):
+        assert weight_bytes(path) <= budget, path.name
 
 
 def test_position_ids_decoder_generates_what_the_source_does(tmp_path: Path) -> None:
