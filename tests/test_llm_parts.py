@@ -205,6 +205,20 @@ def test_other_attention_is_refused_in_one_line(tmp_path: Path) -> None:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_fixed_batch_over_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The package runs batch 1 (genai refuses a batch over 1 with its windowed prompt: docs/llm.md); a source whose
+    input_ids fixes a larger batch is refused before anything is written."""
+    folder = _copy_folder(genai_builder_model(), tmp_path / "batch2")
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    (ids,) = (i for i in model.graph.input if i.name == "input_ids")
+    ids.type.tensor_type.shape.dim[0].dim_value = 2
+    onnx.save(model, str(folder / "model.onnx"))
+    proc = run_cli("llm", folder, "-o", tmp_path / "out", *SETTINGS)
+    assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "its input_ids has a fixed batch of 2; `ortcompile llm` builds batch-1 packages only" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _copy_folder(source: Path, target: Path) -> Path:
     shutil.copytree(source, target)
     return target
