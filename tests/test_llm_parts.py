@@ -28,11 +28,13 @@ for _module in ("onnxruntime_genai", "transformers", "torch", "onnx_ir"):
 from llmmodels import genai_builder_model  # noqa: E402
 from test_llm import SETTINGS, assert_generates_like, graph, signature  # noqa: E402
 
+from ortcompile.compile.partition import plan_partition  # noqa: E402
 from ortcompile.llm.genai import DECODE, PREFILL, read_genai_folder  # noqa: E402
 from ortcompile.llm.package import LlmOptions, stage_pins  # noqa: E402
-from ortcompile.llm.parts import part_budget, split_stages, weight_bytes  # noqa: E402
+from ortcompile.llm.parts import held_bytes, part_budget, split_stages, weight_bytes  # noqa: E402
 from ortcompile.llm.surgery import rewrite_decoder  # noqa: E402
 from ortcompile.onnxfacts import stored_nbytes  # noqa: E402
+from ortcompile.plan.shapes import Pins, apply_pins  # noqa: E402
 
 pytestmark = pytest.mark.llm
 PARTS = ("--partition", "300KB")
@@ -137,6 +139,12 @@ def test_int4_parts_are_sized_by_what_qnn_holds(tmp_path: Path) -> None:
     assert len(parts[PREFILL]) == len(parts[DECODE]) >= 2
     for path in (*parts[PREFILL], *parts[DECODE]):
         assert weight_bytes(path) <= budget, path.name
+    # As few parts as the budget allows, made even: the largest is smaller than when each part is filled up first.
+    pinned = graph(graphs[PREFILL])
+    apply_pins(pinned, Pins(named=pins[PREFILL]))
+    filled = plan_partition(pinned, held_bytes(pinned), budget).parts
+    assert len(filled) == len(parts[PREFILL])
+    assert max(weight_bytes(p) for p in parts[PREFILL]) < max(p.weight_bytes for p in filled)
 
 
 def test_position_ids_decoder_generates_what_the_source_does(tmp_path: Path) -> None:
