@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from helpers import epcontext_nodes, run_cli
+from helpers import CliResult, epcontext_nodes, run_cli
 
 for _module in ("onnxruntime_genai", "transformers", "torch", "onnx_ir"):
     if os.environ.get("CI"):  # CI installs the extra: missing, these tests fail instead of vanishing
@@ -55,12 +55,17 @@ def unshared(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def shared(source: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shared_run(source: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, CliResult]:
     out = tmp_path_factory.mktemp("pkg") / "shared"
-    proc = run_cli("llm", source, "-o", out, *SETTINGS, "--json")
+    proc = run_cli("llm", source, "-o", out, *SETTINGS, "--json", "-v")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["graphs"]["context"]["epcontext_nodes"] == 1
-    return out
+    return out, proc
+
+
+@pytest.fixture(scope="module")
+def shared(shared_run: tuple[Path, CliResult]) -> Path:
+    return shared_run[0]
 
 
 def generate(folder: Path, count: int, qnn: bool) -> dict:
@@ -153,6 +158,17 @@ def test_shared_package_agrees_with_the_unshared_one(unshared: Path, shared: Pat
     unshared_bytes = sum(len({a.name: a for a in epcontext_nodes(graph(unshared / n))[0].attribute}["ep_cache_context"].s)
                          for n in ("prefill_ctx.onnx", "decode_ctx.onnx"))
     assert (shared / blob).stat().st_size < unshared_bytes
+
+
+def test_shared_log_names_the_shared_context_and_its_size(shared_run: tuple[Path, CliResult]) -> None:
+    """QNN keeps the weights in its context, so no data file is left to share: -v says what is stored once (the
+    blob both graphs name, with its size), not "0 bytes stored once"."""
+    out, proc = shared_run
+    (node,) = epcontext_nodes(graph(out / "prefill_ctx.onnx"))
+    blob = {a.name: a for a in node.attribute}["ep_cache_context"].s.decode()
+    size = (out / blob).stat().st_size
+    assert f"shared EP context: {blob}, {size} bytes, one file for 2 models instead of one each" in proc.stderr
+    assert "shared weights: 0 bytes" not in proc.stderr
 
 
 def test_force_replaces_a_package_atomically(shared: Path, source: Path, tmp_path: Path) -> None:

@@ -28,9 +28,13 @@ for _module in ("onnxruntime_genai", "transformers", "torch", "onnx_ir"):
 from llmmodels import genai_builder_model  # noqa: E402
 from test_llm import SETTINGS, assert_generates_like, graph, signature  # noqa: E402
 
-from ortcompile.llm.genai import read_genai_folder  # noqa: E402
-from ortcompile.llm.parts import part_budget  # noqa: E402
+from ortcompile.compile.partition import plan_partition  # noqa: E402
+from ortcompile.llm.genai import DECODE, PREFILL, read_genai_folder  # noqa: E402
+from ortcompile.llm.package import LlmOptions, stage_pins  # noqa: E402
+from ortcompile.llm.parts import held_bytes, part_budget, split_stages, weight_bytes  # noqa: E402
 from ortcompile.llm.surgery import rewrite_decoder  # noqa: E402
+from ortcompile.onnxfacts import stored_nbytes  # noqa: E402
+from ortcompile.plan.shapes import Pins, apply_pins  # noqa: E402
 
 pytestmark = pytest.mark.llm
 PARTS = ("--partition", "300KB")
@@ -115,6 +119,34 @@ def test_auto_cuts_only_over_the_limit() -> None:
     assert (part_budget(300_000, 689_408), part_budget(300_000, 300_000), part_budget(None, 3 * gib)) == (300_000, None, None)
 
 
+def test_int4_parts_are_sized_by_what_qnn_holds(tmp_path: Path) -> None:
+    """QNN's compile holds MatMulNBits' packed int4 weights at ~3x their bytes (docs/performance.md: the 0.70 GB int4
+    build compiled whole peaked at 5.57 GiB, over 4x its size + 1 GiB): the part plan counts them at that size, so a
+    decoder whose stored weights fit the budget but whose held ones do not is cut, into parts each within it."""
+    genai = read_genai_folder(genai_builder_model("int4"))
+    options = LlmOptions(context_length=64, prefill_length=8)
+    graphs = {PREFILL: tmp_path / "prefill.onnx", DECODE: tmp_path / "decode.onnx"}
+    pins = {s: stage_pins(rewrite_decoder(genai, graphs[s], 8 if s == PREFILL else 1), genai, options, s) for s in graphs}
+    proto = graph(graphs[PREFILL])
+    stored = {t.name: stored_nbytes(t) for t in proto.graph.initializer}
+    packed = {n.input[1] for n in proto.graph.node if n.op_type == "MatMulNBits"}
+    assert len(packed) == 2 * 5 + 1  # per layer: qkv (packed), o, gate, up, down; and the lm_head
+    held = weight_bytes(graphs[PREFILL])
+    assert held == sum(stored.values()) + 2 * sum(stored[name] for name in packed)
+    budget = (sum(stored.values()) + held) // 2  # the stored weights fit, the held ones do not
+    assert part_budget(budget, held) == budget
+    parts = split_stages(graphs, pins, budget)
+    assert len(parts[PREFILL]) == len(parts[DECODE]) >= 2
+    for path in (*parts[PREFILL], *parts[DECODE]):
+        assert weight_bytes(path) <= budget, path.name
+    # As few parts as the budget allows, made even: the largest is smaller than when each part is filled up first.
+    pinned = graph(graphs[PREFILL])
+    apply_pins(pinned, Pins(named=pins[PREFILL]))
+    filled = plan_partition(pinned, held_bytes(pinned), budget).parts
+    assert len(filled) == len(parts[PREFILL])
+    assert max(weight_bytes(p) for p in parts[PREFILL]) < max(p.weight_bytes for p in filled)
+
+
 def test_position_ids_decoder_generates_what_the_source_does(tmp_path: Path) -> None:
     """The builder's separate-rotary form (RotaryEmbedding fed by position_ids): the rotation goes back into
     GroupQueryAttention (QNN refuses RotaryEmbedding), whose positions genai's past_seq_len gives."""
@@ -178,6 +210,20 @@ def test_other_attention_is_refused_in_one_line(tmp_path: Path) -> None:
     proc = run_cli("llm", folder, "-o", tmp_path / "out", *SETTINGS)
     assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "its attention is MultiHeadAttention, not GroupQueryAttention" in proc.stderr and "-e cpu" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_fixed_batch_over_one_is_refused_in_one_line(tmp_path: Path) -> None:
+    """The package runs batch 1 (genai refuses a batch over 1 with its windowed prompt: docs/llm.md); a source whose
+    input_ids fixes a larger batch is refused before anything is written."""
+    folder = _copy_folder(genai_builder_model(), tmp_path / "batch2")
+    model = onnx.load(str(folder / "model.onnx"), load_external_data=False)
+    (ids,) = (i for i in model.graph.input if i.name == "input_ids")
+    ids.type.tensor_type.shape.dim[0].dim_value = 2
+    onnx.save(model, str(folder / "model.onnx"))
+    proc = run_cli("llm", folder, "-o", tmp_path / "out", *SETTINGS)
+    assert proc.returncode == 3 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "its input_ids has a fixed batch of 2; `ortcompile llm` builds batch-1 packages only" in proc.stderr
     assert not (tmp_path / "out").exists()
 
 

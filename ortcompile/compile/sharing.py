@@ -112,10 +112,27 @@ def _build_batch(jobs: list[CompileJob], staging_dir: Path, workers: Workers) ->
     for job, output in zip(jobs, outputs):  # each model's own pass-1 time; the batch's one peak (the child compiled them all)
         job.timings.update(output.seconds)
         job.peaks["compile"] = peak
-    jobs[0].reporter.detail(f"shared weights: {reused} bytes stored once instead of again")
     # Every model's graph pass comes after the last compile: the shared EP context is complete by then.
     staged = StagedNames(staging_dir, data_files)
-    return [job.graph_pass(staging_dir, out, workers, embed="never", staged=staged) for job, out in zip(jobs, outputs)]
+    builds = [job.graph_pass(staging_dir, out, workers, embed="never", staged=staged) for job, out in zip(jobs, outputs)]
+    for line in _what_is_shared(builds, reused):
+        jobs[0].reporter.detail(line)
+    return builds
+
+
+def _what_is_shared(builds: list[Built], reused: int) -> list[str]:
+    """-v's account of what the batch stores once: the EP context several models name (QNN keeps the weights in it,
+    so its models leave no data file to share) and the data-file bytes deduplicated across models."""
+    users: dict[str, tuple[int, int]] = {}  # ep_context file -> (size, models naming it)
+    for built in builds:
+        for written, role in built.files:
+            if role == "ep_context":
+                users[written.name] = (written.size, users.get(written.name, (0, 0))[1] + 1)
+    lines = [f"shared EP context: {name}, {size} bytes, one file for {count} models instead of one each"
+             for name, (size, count) in sorted(users.items()) if count > 1]
+    if reused or not lines:
+        lines.append(f"shared weights: {reused} bytes stored once instead of again")
+    return lines
 
 
 def _sharing_config(job: CompileJob, last: bool) -> dict[str, str]:

@@ -173,7 +173,7 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
         per_model = {str(graphs[s]): _compile_options(options, pins[s], _check_settings(model, graphs[s], options, s)) for s in graphs}
         results = _compile(list(per_model), stage, per_model, options, reporter)
         return {s: (r, pins[s]) for s, r in zip(graphs, results)}
-    reporter.stage(f"cutting the prefill and decode graphs into parts of at most {budget} bytes of weights")
+    reporter.stage(f"cutting the prefill and decode graphs into parts of at most {budget} bytes of weights as QNN holds them")
     parts = split_stages(graphs, pins, budget)
     checks = {s: _part_checks(model, graphs[s], parts[s], options, s) for s in graphs}
     compiled: Compiled = {}

@@ -25,10 +25,14 @@ from ortcompile.plan.shapes import Pins, apply_pins
 from ortcompile.readback.given import Given
 
 AUTO = PARTITION_AUTO  # --partition auto: parts only when the weights would make a context over the EP's limit
+# What QNN holds while it compiles a weight, per stored byte, where that is more than the stored byte: the packed int4
+# weights of MatMulNBits (input 1) cost ~2.8x what as many fp32 bytes do (measured on the builder's int4 Llamas:
+# docs/performance.md). Parts are sized by the compile's memory, so these count at that size.
+HELD_PER_STORED_BYTE = {("MatMulNBits", 1): 3}
 
 
 def part_budget(partition: int | None, weight_bytes: int) -> int | None:
-    """Bytes of weights per part, or None when the graphs compile whole (they fit in one part)."""
+    """Bytes of weights (as QNN holds them: held_bytes) per part, or None when the graphs compile whole (they fit in one part)."""
     if partition is None:
         return None
     budget = partition or DEFAULT_CONTEXT_SIZE
@@ -36,9 +40,23 @@ def part_budget(partition: int | None, weight_bytes: int) -> int | None:
 
 
 def weight_bytes(path: Path) -> int:
+    """The graph's weights as the EP's compile holds them (held_bytes)."""
     import onnx
 
-    return sum(stored_nbytes(t) or 0 for t in onnx.load_model(str(path), load_external_data=False).graph.initializer)
+    return sum(held_bytes(onnx.load_model(str(path), load_external_data=False)).values())
+
+
+def held_bytes(model: Any) -> dict[str, int]:
+    """Each initializer's stored bytes, times HELD_PER_STORED_BYTE where the node reading it makes the compile hold
+    more (int4 weights): a part budget bounds the compile's memory, which the file's bytes understate."""
+    sizes = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
+    factors: dict[str, int] = {}
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            factor = HELD_PER_STORED_BYTE.get((node.op_type, index), 1)
+            if name in sizes and factor > factors.get(name, 1):
+                factors[name] = factor
+    return {name: size * factors.get(name, 1) for name, size in sizes.items()}
 
 
 def split_stages(graphs: dict[str, Path], pins: dict[str, dict[str, int]], budget: int) -> dict[str, list[Path]]:
@@ -52,7 +70,10 @@ def split_stages(graphs: dict[str, Path], pins: dict[str, dict[str, int]], budge
         model = onnx.load_model(str(path), load_external_data=False)
         apply_pins(model, Pins(named=pins[stage]))
         types = _typed(model)
-        plans[stage] = plan_partition(model, {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}, budget)
+        sizes = held_bytes(model)
+        if not plans:  # the first stage sets the budget for all: the same cuts in every stage
+            budget = even_budget(model, sizes, budget)
+        plans[stage] = plan_partition(model, sizes, budget)
         parts[stage] = []
         for part in plans[stage].parts:
             target = path.with_name(f"{path.stem}.part{part.index:02d}.onnx")
@@ -62,6 +83,21 @@ def split_stages(graphs: dict[str, Path], pins: dict[str, dict[str, int]], budge
     if len({tuple(c) for c in cuts.values()}) != 1:  # the pairs would hold different weights: nothing to share
         raise CompilationFailed(f"cannot partition: the prefill and decode graphs were cut at different nodes ({cuts})")
     return parts
+
+
+def even_budget(model: Any, sizes: dict[str, int], budget: int) -> int:
+    """The smallest budget that cuts `model` into as few parts as `budget` does. A part pair's compile peak follows
+    its weights, so n even parts peak lower than n - 1 full ones and a small last one (the 0.70 GB int4 Llama:
+    1.00 + 0.31 GiB held at the 1 GiB budget, 4.49 GiB peak)."""
+    fewest = len(plan_partition(model, sizes, budget).parts)
+    low, high = 1, budget  # invariant: `high` makes `fewest` parts
+    while low < high:
+        middle = (low + high) // 2
+        if len(plan_partition(model, sizes, middle).parts) <= fewest:
+            high = middle
+        else:
+            low = middle + 1
+    return high
 
 
 def part_check_inputs(parts: list[Path], given: dict[str, Given]) -> list[dict[str, Given]]:

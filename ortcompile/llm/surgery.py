@@ -152,6 +152,9 @@ def _dims(graph: Any, model: GenaiModel) -> dict[str, str]:
         ids, past, mask = by_name[model.input_ids], by_name[model.past_names[0]], by_name[model.attention_mask]
     except KeyError as exc:
         raise InvalidModel(f"{model.model_file}: has no input {exc.args[0]!r} that genai_config.json names") from exc
+    if isinstance(ids[0], int) and ids[0] > 1:  # the package runs one sequence (genai's windowed prompt needs batch 1)
+        raise InvalidModel(f"{model.model_file}: its {model.input_ids} has a fixed batch of {ids[0]}; `ortcompile llm` builds "
+                           "batch-1 packages only: export the decoder with a dynamic batch dimension (the builder does)")
     roles = {"batch": ids[0], "sequence": ids[1], "past": past[2], "head": past[3], "total": mask[1]}
     return {role: name for role, name in roles.items() if isinstance(name, str) and name}
 def _share_cache_dims(graph: Any, dims: dict[str, str]) -> None:
