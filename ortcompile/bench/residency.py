@@ -63,7 +63,7 @@ def release_free_heap() -> None:
 def model_file_bytes(model: Path) -> int:
     """The model file plus every file next to it that it names (data, EP blobs): a first footprint guess."""
     report = inspect_model(model)
-    blobs = sum(e["blob"]["size"] or 0 for e in report.epcontext if e["blob"])
+    blobs = sum(e.blob.size or 0 for e in report.epcontext if e.blob)
     return report.graph_bytes + sum(f.size or 0 for f in report.data_files) + blobs
 
 

@@ -33,7 +33,7 @@ from ortcompile.plan.shapes import resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
-from ortcompile.readback.inspect import inspect_model
+from ortcompile.readback.inspect import TensorInfo, inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 from ortcompile.readback.localize import Divergence, LocalizeRequest, divergence_table, localize_in_child
 from ortcompile.readback.nextsteps import next_steps, placement_step
@@ -228,7 +228,7 @@ def _require_loadable_shared_context(compiled: Path, resolved: eps.ResolvedEp, d
         raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")
 
 
-def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], recorded: dict[str, Any], requested: dict[str, int]) -> dict[str, int]:
+def choose_dims(source: SourceModel, compiled_inputs: list[TensorInfo], recorded: dict[str, Any], requested: dict[str, int]) -> dict[str, int]:
     """A value for every symbolic dim of the source that something decides: --dim, else what the compile pinned,
     else what the compiled model has fixed. The rest are left to the input generator, which guesses and says so.
 
@@ -255,8 +255,8 @@ def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], reco
     return dims
 
 
-def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[dict[str, Any]]) -> dict[str, int]:
-    by_name = {i["name"]: i["shape"] for i in compiled_inputs}
+def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[TensorInfo]) -> dict[str, int]:
+    by_name = {i.name: i.shape for i in compiled_inputs}
     fixed = {}
     for model_input in source.inputs:
         for declared, actual in zip(model_input.dims, by_name.get(model_input.name, [])):
