@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.readback.criteria import DEFAULTS, PRECISIONS, PURPOSES, Criterion, criterion_for
 
 __all__ = ["DEFAULTS", "PRECISIONS", "PURPOSES", "Criterion", "OutputComparison", "compare_output", "criterion_for"]
@@ -48,8 +49,12 @@ class OutputComparison:
     nonfinite: int = 0  # elements NaN/inf where the reference is finite, or not matching the reference's NaN/inf
     note: str = ""  # ok through the elementwise tolerance alone, the metrics would fail (near-zero outputs): a weak pass
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {k: _finite_or_none(v) for k, v in asdict(self).items()}
+
+    def metric(self, name: str) -> float | None:
+        """A metric as the JSON gives it: None when unknown or not finite (an exact output's SNR is +inf)."""
+        return _finite_or_none(getattr(self, name))
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -70,7 +75,7 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray | None, criterio
     return _compare_floats(base, got, want, criterion)
 
 
-def _compare_exact(base: dict[str, Any], got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
+def _compare_exact(base: JsonObject, got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
     """Integers, bools, strings: equal or not (verify's max_abs/max_rel as numbers; strings: the count of differences)."""
     mismatched = int(np.count_nonzero(got != want))
     numeric = got.dtype.kind in "iub"
@@ -82,7 +87,7 @@ def _compare_exact(base: dict[str, Any], got: np.ndarray, want: np.ndarray, crit
     return OutputComparison(**base, max_abs=diff, max_rel=diff, mismatches=mismatched, reason=reason, ok=ok, exact=mismatched == 0)
 
 
-def _compare_floats(base: dict[str, Any], got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
+def _compare_floats(base: JsonObject, got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
     g, w = got.astype(np.float64), want.astype(np.float64)
     both_finite = np.isfinite(g) & np.isfinite(w)
     close = np.isclose(g, w, rtol=criterion.rtol, atol=criterion.atol, equal_nan=True)
