@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ortcompile"
 # Floors, lowest first: docs/design.md "Rooms and what each may import".
 FLOORS: list[set[str]] = [  # floor 0 first
     {"errors", "naming", "paths", "trust", "sizes", "version", "progress", "native", "onnxfacts", "layout", "worker", "child", "ortmarkers",
-     "durable"},
+     "durable", "jsonedge"},
     {"eps"},
     {"options", "configkeys", "optiontable"},
     {"output"},

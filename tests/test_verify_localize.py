@@ -75,6 +75,6 @@ def test_gem_pooling_verified_on_dim_images(tmp_path: Path) -> None:
     compiled = _published_unchecked(source, tmp_path / "out")
     report = verify_model(compiled, source, inputs={"x": small_images(0)})
     assert not report.ok and report.divergence is not None
-    assert [r["node"] for r in report.divergence.first] == ["gem_pow"]
+    assert [r.node for r in report.divergence.first] == ["gem_pow"]
     assert "first diverging node: 'gem_pow' (Pow on QNN: SNR" in report.failure()
     assert "compile with --fallback auto to move it to the CPU EP, or --cpu-nodes gem_pow" in report.failure()

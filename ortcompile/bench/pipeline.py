@@ -16,17 +16,33 @@ from typing import Any
 
 import numpy as np
 
-from ortcompile.bench.residency import SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
+from ortcompile.bench.residency import PoolEvent, SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
 from ortcompile.errors import VerificationFailed
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import peak_rss_bytes, reset_peak_rss
-from ortcompile.readback.compare import compare_output
+from ortcompile.readback.compare import OutputComparison, compare_output
 from ortcompile.readback.criteria import Criterion, criterion_for
-from ortcompile.readback.feeds import make_feeds, specs_from_session
+from ortcompile.readback.feeds import Arrays, make_feeds, specs_from_session
 from ortcompile.readback.given import Given
 from ortcompile.readback.hints import read_hints
 from ortcompile.run.sessions import EXACT_INT8_CONFIG, open_session, run_session
 
 BENCH_FORMAT = "ortcompile-bench/1"
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """An output that differed from its reference in one run (`comparison` None: the model lost the output)."""
+
+    run: int  # 1-based, counted per model
+    name: str
+    reason: str
+    comparison: OutputComparison | None = None
+
+    def to_json(self) -> JsonObject:
+        if self.comparison is None:
+            return {"run": self.run, "name": self.name, "ok": False, "reason": self.reason}
+        return {"run": self.run, **self.comparison.to_json()}
 
 
 @dataclass
@@ -39,11 +55,11 @@ class ModelStats:
     hits: int = 0
     evictions: int = 0
     captures: int = 0
-    mismatches: list[dict[str, Any]] = field(default_factory=list)
+    mismatches: list[Mismatch] = field(default_factory=list)
     source_load_seconds: float | None = None
     footprint_bytes: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         reloads = self.load_seconds[1:]
         saved = None
         if self.source_load_seconds is not None and reloads:
@@ -62,7 +78,7 @@ class ModelStats:
             "footprint_bytes": self.footprint_bytes,
             "source_load_seconds": None if self.source_load_seconds is None else round(self.source_load_seconds, 4),
             "reload_seconds_saved_vs_source": saved,
-            "mismatches": self.mismatches,
+            "mismatches": [m.to_json() for m in self.mismatches],
         }
 
 
@@ -77,13 +93,13 @@ class BenchReport:
     ep_startup_rss: int = 0
     pool_peak_rss: int = 0
     process_peak_rss: int = 0
-    events: list[dict[str, Any]] = field(default_factory=list)
+    events: list[PoolEvent] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return all(not m.mismatches for m in self.models)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "format": BENCH_FORMAT,
             "ok": self.ok,
@@ -96,24 +112,24 @@ class BenchReport:
             "pool_peak_rss_bytes": self.pool_peak_rss,
             "process_peak_rss_bytes": self.process_peak_rss,
             "models": [m.to_json() for m in self.models],
-            "events": self.events,
+            "events": [e.to_json() for e in self.events],
         }
 
 
 def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3, ep: str = "auto", ep_options: dict[str, str] | None = None,
                  graph_capture: bool = False, references: list[Path] | None = None, dims: dict[str, int] | None = None,
-                 seed: int = 0, criterion: dict[str, Any] | None = None, inputs: dict[str, Given] | None = None) -> BenchReport:
+                 seed: int = 0, criterion: dict[str, float | str | None] | None = None, inputs: dict[str, Given] | None = None) -> BenchReport:
     """`criterion`: settings over the default (the verify criterion for the EP's precision against source references;
     the fp32 tolerance against a model's own first run, which the same EP must reproduce); `inputs`: the user's."""
     dims = dict(dims or {})
     names = _unique_names(models)
     stats = [ModelStats(n, str(m), str(r) if references else "first run") for n, m, r in zip(names, models, references or models)]
-    expected: dict[str, dict[str, np.ndarray]] = {}
-    feeds: dict[str, dict[str, np.ndarray]] = {}
+    expected: dict[str, Arrays] = {}
+    feeds: dict[str, Arrays] = {}
     pool = SessionPool(memory_budget or 2**62, ep, ep_options, graph_capture, dims)
     settings = dict(criterion or {})
     precision = settings.pop("precision", None) or (pool.ep.info.precision if references else "fp32")
-    judge = criterion_for(precision, "verify", **settings)
+    judge = criterion_for(str(precision), "verify", **settings)
     ep_startup = pool.warm_up()  # the EP's one-time start-up memory is not any model's footprint
     if references:
         for index, (stat, source) in enumerate(zip(stats, references)):
@@ -132,15 +148,15 @@ def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3,
     if tracking_peak:
         report.pool_peak_rss = max(report.pool_peak_rss, peak_rss_since_reset() or 0)
     _fold_events(pool, stats)
-    report.events = [e.to_json() for e in pool.events]
+    report.events = list(pool.events)
     pool.close()
     report.process_peak_rss = max(peak_before_pool, peak_rss_bytes())
     return report
 
 
-def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expected: dict[str, Any], seed: int,
+def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Arrays], expected: dict[str, Arrays], seed: int,
               dims: dict[str, int], judge: Criterion, given: dict[str, Given], report: BenchReport) -> None:
-    def inputs_for(session: Any) -> dict[str, np.ndarray]:
+    def inputs_for(session: Any) -> Arrays:
         if stat.name not in feeds:
             feeds[stat.name] = make_feeds(specs_from_session(session), seed=seed, dims=dims, given=given, hints=read_hints(Path(stat.path))).arrays
         wanted = sorted(i.name for i in session.get_inputs())
@@ -159,15 +175,15 @@ def _one_step(pool: SessionPool, stat: ModelStats, feeds: dict[str, Any], expect
     reference = expected[stat.name]
     for output_name in sorted(set(outputs) | set(reference)):
         if output_name not in outputs:  # the model lost an output its reference has
-            stat.mismatches.append({"run": len(stat.run_seconds), "name": output_name, "ok": False, "reason": "missing from the model's outputs"})
+            stat.mismatches.append(Mismatch(len(stat.run_seconds), output_name, "missing from the model's outputs"))
             continue
         comparison = compare_output(output_name, outputs[output_name], reference.get(output_name), judge)
         if not comparison.ok:
-            stat.mismatches.append({"run": len(stat.run_seconds), **comparison.to_json()})
+            stat.mismatches.append(Mismatch(len(stat.run_seconds), output_name, comparison.reason, comparison))
 
 
 def _reference(source: Path, pool: SessionPool, seed: int, dims: dict[str, int],
-               given: dict[str, Given]) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], float]:
+               given: dict[str, Given]) -> tuple[Arrays, Arrays, float]:
     """Seeded inputs, the source's outputs on the CPU EP, and how long the source takes to load on the pool's EP."""
     on_ep = open_session(source, pool.ep, dims)
     load_seconds = on_ep.seconds

@@ -26,7 +26,7 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ import numpy as np
 
 from ortcompile import eps
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import vm_hwm_bytes
 from ortcompile.onnxfacts import tiny_static_model
 from ortcompile.readback.feeds import numpy_dtype
@@ -63,7 +64,7 @@ def release_free_heap() -> None:
 def model_file_bytes(model: Path) -> int:
     """The model file plus every file next to it that it names (data, EP blobs): a first footprint guess."""
     report = inspect_model(model)
-    blobs = sum(e["blob"]["size"] or 0 for e in report.epcontext if e["blob"])
+    blobs = sum(e.blob.size or 0 for e in report.epcontext if e.blob)
     return report.graph_bytes + sum(f.size or 0 for f in report.data_files) + blobs
 
 
@@ -74,15 +75,23 @@ class PoolEvent:
     seconds: float = 0.0
     bytes: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"kind": self.kind, "model": self.model, "seconds": round(self.seconds, 4), "bytes": self.bytes}
+
+
+@dataclass(frozen=True)
+class _Binding:
+    """Graph capture: the session's IOBinding and the device values bound to it."""
+
+    io: Any  # onnxruntime.IOBinding (onnxruntime is imported where a session is made)
+    values: dict[str, Any]  # onnxruntime.OrtValue by input and output name
 
 
 @dataclass
 class _Resident:
     session: Any
     footprint: int
-    binding: dict[str, Any] = field(default_factory=dict)  # graph capture: IOBinding and device values
+    binding: _Binding | None = None  # graph capture: made on the first run
     runs: int = 0
 
 
@@ -159,7 +168,7 @@ class SessionPool:
         start = time.perf_counter()
         if self.graph_capture and entry.runs:
             entry.session.release_captured_graph()  # the next use must capture again, never replay stale commands
-        entry.binding.clear()
+        entry.binding = None
         del entry.session
         gc.collect()
         release_free_heap()
@@ -219,13 +228,13 @@ class SessionPool:
                     raise UsageError(f"{name}: output {arg.name} has a symbolic shape; graph capture needs static shapes (--fix-dim)")
                 values[arg.name] = ort.OrtValue.ortvalue_from_shape_and_type(arg.shape, _numpy_type(arg.type), device, 0)
                 binding.bind_ortvalue_output(arg.name, values[arg.name])
-            entry.binding = {"io": binding, "values": values}
+            entry.binding = _Binding(binding, values)
             self.events.append(PoolEvent("capture", name))
         else:
             for input_name, array in feeds.items():
-                entry.binding["values"][input_name].update_inplace(array)
-        entry.session.run_with_iobinding(entry.binding["io"])
-        return {o.name: entry.binding["values"][o.name].numpy() for o in entry.session.get_outputs()}
+                entry.binding.values[input_name].update_inplace(array)
+        entry.session.run_with_iobinding(entry.binding.io)
+        return {o.name: entry.binding.values[o.name].numpy() for o in entry.session.get_outputs()}
 
 
 def _numpy_type(ort_type: str) -> Any:

@@ -49,5 +49,5 @@ def command(models: tuple[str, ...], memory_budget: int | None, cycles: int, ep:
     out.result(document, bench_text(document))
     if not report.ok:
         bad = next(m for m in report.models if m.mismatches)
-        runs = len({m["run"] for m in bad.mismatches})  # one entry per output that differed
+        runs = len({m.run for m in bad.mismatches})  # one entry per output that differed
         raise VerificationFailed(f"{bad.name}: output differs from its reference on {plural(runs, 'run')}")

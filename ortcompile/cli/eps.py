@@ -29,7 +29,7 @@ def command(targets: bool, ep_name: str | None) -> None:
     lines = [f"{'NAME':<{width}}{'EP':<32}{'AVAILABLE':<11}{'EPCONTEXT':<11}DEVICES / NOTE"]
     for entry in found:
         info = entry.to_json()
-        devices = ", ".join(f"{d['type']} ({d['vendor']})" for d in entry.devices)
+        devices = ", ".join(f"{d.type} ({d.vendor})" for d in entry.devices)
         lines.append(f"{entry.short_name:<{width}}{entry.ep_name:<32}{'yes' if info['available'] else 'no':<11}"
                      f"{'yes' if entry.compiles else 'no':<11}{devices or entry.note}")
     out.result({"eps": [e.to_json() for e in found]}, lines)

@@ -1,4 +1,8 @@
-"""Human-readable text for inspect, placement, verify and bench reports (the JSON forms come from their to_json)."""
+"""Human-readable text for inspect, placement, verify and bench reports.
+
+Each is rendered from the report's JSON document (its to_json, what --json prints), so the two forms never disagree:
+the JsonObject parameters here are that document, at the edge.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.eps.catalog import short_name_for
+from ortcompile.jsonedge import JsonObject
 from ortcompile.sizes import format_size
 
 
@@ -19,11 +24,11 @@ def human_size(size: int | None) -> str:
     return "-" if size is None else format_size(size)
 
 
-def _shape(io: dict[str, Any]) -> str:
+def _shape(io: JsonObject) -> str:
     return "[" + ",".join(str(d) if isinstance(d, int) else f"{d}*" for d in io["shape"]) + "]"
 
 
-def inspect_text(report: dict[str, Any]) -> list[str]:
+def inspect_text(report: JsonObject) -> list[str]:
     lines = [
         f"model      {report['model']}",
         f"graph      {human_size(report['graph_bytes'])} proto, {human_size(report['protobuf_headroom_bytes'])} below the 2 GiB limit",
@@ -80,7 +85,7 @@ def _ops(counts: dict[str, int] | None) -> str:
     return ", ".join(f"{op} {n}" for op, n in (counts or {}).items())
 
 
-def placement_text(placement: dict[str, Any]) -> list[str]:
+def placement_text(placement: JsonObject) -> list[str]:
     """`inspect --placement`: the session's EP, each EP's nodes by op type, what the EP refused and why."""
     target = f" (target {placement['target']})" if placement["target"] else ""
     lines = [f"placement  opened on {placement['ep']}{target} in {placement['session_seconds']:.2f}s"]
@@ -99,12 +104,12 @@ def placement_text(placement: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _ep_first(by_ep: dict[str, Any], ep: str) -> list[tuple[str, Any]]:
+def _ep_first(by_ep: JsonObject, ep: str) -> list[tuple[str, Any]]:
     """The EP the model was opened on (or compiled for) first, then the others (the CPU EP) by name."""
     return sorted(by_ep.items(), key=lambda item: (item[0] != ep, item[0]))
 
 
-def compile_placement(result: dict[str, Any]) -> list[str]:
+def compile_placement(result: JsonObject) -> list[str]:
     """`compile -v`: which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
     if result["up_to_date"]:
         return []
@@ -125,7 +130,7 @@ def compile_placement(result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _blob(blob: dict[str, Any] | None) -> str:
+def _blob(blob: JsonObject | None) -> str:
     if not blob:
         return "no blob (refers to the main context)"
     state = "MISSING" if blob["missing"] else "UNSAFE PATH" if blob["unsafe_path"] else human_size(blob["size"])
@@ -133,7 +138,7 @@ def _blob(blob: dict[str, Any] | None) -> str:
     return f"file {blob['location']} ({state}{shared})"
 
 
-def verify_text(report: dict[str, Any]) -> list[str]:
+def verify_text(report: JsonObject) -> list[str]:
     integrity = report["integrity"]
     if not integrity["found"]:
         lines = ["integrity  no manifest beside the model: files not checked"]
@@ -168,7 +173,7 @@ def verify_text(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _metrics(out: dict[str, Any]) -> str:
+def _metrics(out: JsonObject) -> str:
     """The numbers that decided an output: tolerance counts, or the parity metrics that were measured."""
     if out["max_abs"] is None:
         return out["reason"]
@@ -182,7 +187,7 @@ def _metrics(out: dict[str, Any]) -> str:
     return text + (f" ({out['reason']})" if out["reason"] and not out["ok"] else "") + (f"; {out['note']}" if out.get("note") else "")
 
 
-def bench_text(report: dict[str, Any]) -> list[str]:
+def bench_text(report: JsonObject) -> list[str]:
     budget = report["memory_budget_bytes"]
     lines = [f"ep         {report['ep']}{' (graph capture)' if report['graph_capture'] else ''}, {report['cycles']} cycles, "
              f"budget {human_size(budget) if budget is not None else 'unlimited'}"]

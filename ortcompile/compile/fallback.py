@@ -35,7 +35,6 @@ from ortcompile.output.digest import InputDigest
 from ortcompile.output.publish import Staging
 from ortcompile.plan.planner import CompilePlan
 from ortcompile.progress import Reporter
-from ortcompile.readback.criteria import Criterion
 from ortcompile.readback.lint import Finding, lint_model
 from ortcompile.readback.nextsteps import next_steps, placement_step
 from ortcompile.worker import Workers
@@ -170,8 +169,9 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                 if job.plan.options.partition is not None:  # localizing would compile the whole graph, which --partition avoids
                     raise partition_refusal(exc, state) from exc
                 divergence = _localize(job, staging.path, workers, report)
-                state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": worst_snr_of(report.outputs),
-                                     "first": [r["node"] for r in divergence.first], "divergence": divergence.to_json()})
+                state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut),
+                                     "worst_snr_db": worst_snr_of(o.to_json() for o in report.outputs),
+                                     "first": [r.node for r in divergence.first], "divergence": divergence.to_json()})
                 job.reporter.detail(f"check: {divergence.summary()}")
                 from ortcompile.readback.localize import divergence_table  # see LAZY_IMPORTS (--if-changed)
 
@@ -207,11 +207,11 @@ def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: An
     plan = job.plan
     prepared = staging_dir / PREPARE_DIR / plan.source.path.name
     model = prepared if prepared.is_file() else plan.source.path.absolute()
-    seed = next((run["seed"] for run in report.runs if any(not o.get("ok", True) for o in run["outputs"])), 0)
+    seed = report.failed_run.seed if report.failed_run else 0
     dims = {} if model == prepared else plan.pins.named  # the prepared graph has its dims pinned in it
     from ortcompile.readback.localize import LocalizeRequest, localize_in_child  # see LAZY_IMPORTS (--if-changed)
 
-    request = LocalizeRequest(model, plan.source.path.absolute(), job.request, Criterion(**report.criterion), dims, seed,
+    request = LocalizeRequest(model, plan.source.path.absolute(), job.request, report.criterion, dims, seed,
                               given_inputs(plan.options.freeze, plan.options.inputs), report.failed_set)
     try:
         return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {plan.source.path.name}")
@@ -222,15 +222,15 @@ def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: An
 def next_pins(pins: CpuPins, divergence: Divergence, findings: list[Finding]) -> CpuPins:
     """The nodes to move next: the first diverging ones on the EP (with their lint pattern), and for one already on
     the CPU EP the nodes it reads from (its inputs came wrong); when no node stands out, every lint warning's nodes."""
-    ops = {r["node"]: r["op_type"] for r in divergence.rows}
+    ops = {r.node: r.op_type for r in divergence.rows}
     moving: list[str] = []
     for row in divergence.first:
-        if row["ep"] == CPU_EP:
-            moving += row["reads"]
+        if row.ep == CPU_EP:
+            moving += row.reads
             continue
-        moving.append(row["node"])
+        moving.append(row.node)
         for finding in findings:
-            if row["node"] in (finding.nodes or (finding.node,)):
+            if row.node in (finding.nodes or (finding.node,)):
                 moving += list(finding.nodes)
     if not divergence.first:
         moving += [n for f in findings if f.severity == "warning" for n in (f.nodes or (f.node,))]
@@ -254,8 +254,8 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
             more: CpuPins) -> CompilationFailed | VerificationFailed:
     """The check's error, with where the outputs start to differ and what to do next."""
     where = divergence.summary()
-    nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r["node"] for r in divergence.first]
-    if divergence.first and all(r["ep"] == CPU_EP for r in divergence.first):
+    nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r.node for r in divergence.first]
+    if divergence.first and all(r.ep == CPU_EP for r in divergence.first):
         where += " (on the CPU EP already: what it reads comes wrong from the EP)"
     can_pin = job.plan.ep.name in CPU_PINNING_EPS
     if not can_pin:

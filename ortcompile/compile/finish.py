@@ -194,7 +194,7 @@ def run_verify(model: Path, plan: VerifyPlan, reporter: Reporter) -> float:
     if not report.ok:
         error = report.exception()
         raise type(error)(f"not published: {error.message}")
-    worst = max((o["max_abs"] or 0.0 for run in report.runs for o in run["outputs"]), default=0.0)
+    worst = max((o.metric("max_abs") or 0.0 for run in report.runs for o in run.outputs), default=0.0)
     reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
     return time.perf_counter() - clock
 

@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ortcompile import native
 from ortcompile.child import answer_parent, run_child
 from ortcompile.eps.discovery import lookup
 from ortcompile.eps.registry import devices_of, register
-from ortcompile.eps.targets import QNN_TARGETS, describe_device
+from ortcompile.eps.targets import QNN_TARGETS, DeviceInfo, describe_device
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
+from ortcompile.jsonedge import JsonObject
 from ortcompile.onnxfacts import epcontext_attrs, epcontext_nodes
 
 METADATA_PREFIX = "ep_compatibility_info."
@@ -35,21 +35,29 @@ VERDICTS = {
 _ORDER = ("optimal", "prefer-recompiling", "unknown", "not-supported")  # overall verdict: the worst EP's
 
 
-@dataclass
+@dataclass(frozen=True)
 class EpCompatibility:
     ep_name: str
     info: str | None  # the raw string the EP wrote at compile time
     verdict: str
     reason: str = ""
-    devices: list[dict[str, Any]] = field(default_factory=list)
-    decoded: dict[str, Any] | None = None
+    devices: tuple[DeviceInfo, ...] = ()
+    decoded: JsonObject | None = None  # decode_info's fields (OpenVINO's info is its own JSON, free-form)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"ep_name": self.ep_name, "verdict": self.verdict, "reason": self.reason, "compatibility_info": self.info,
-                "decoded": self.decoded, "devices": self.devices}
+                "decoded": self.decoded, "devices": [d.to_json() for d in self.devices]}
+
+    def to_answer(self) -> JsonObject:
+        """The child's answer to the parent (one JSON line), read back by from_answer."""
+        return {**self.__dict__, "devices": [d.to_json() for d in self.devices]}
+
+    @classmethod
+    def from_answer(cls, answer: JsonObject) -> EpCompatibility:
+        return cls(**{**answer, "devices": tuple(DeviceInfo(**d) for d in answer["devices"])})
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompatibilityReport:
     model: str
     eps: list[EpCompatibility]
@@ -65,7 +73,7 @@ class CompatibilityReport:
     def usable(self) -> bool:
         return self.verdict in ("optimal", "prefer-recompiling")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"model": self.model, "verdict": self.verdict, "usable": self.usable, "epcontext_nodes": self.epcontext_nodes,
                 "eps": [e.to_json() for e in self.eps]}
 
@@ -87,7 +95,7 @@ def read_compatibility_info(model: str | Path) -> tuple[dict[str, str], dict[str
     return infos, nodes
 
 
-def decode_info(ep_name: str, info: str) -> dict[str, Any] | None:
+def decode_info(ep_name: str, info: str) -> JsonObject | None:
     """Human-readable fields of the formats we know (QNN's v2 string, OpenVINO's JSON); None otherwise."""
     if ep_name == "QNNExecutionProvider" and info.startswith("v2:"):
         parts = info.split(":")  # v2:<backend id>:<QNN SDK>:<backend API>:<htp archs>:<soc models>:<vtcm MBs>:<user driver>
@@ -130,10 +138,10 @@ def check_compatibility(model: str | Path, isolate: bool = True) -> Compatibilit
 _MARK = "ortcompile-compat: "
 
 
-def _ask_in_child(ep_name: str, info: str, decoded: dict[str, Any] | None, timeout: float = 300) -> EpCompatibility:
+def _ask_in_child(ep_name: str, info: str, decoded: JsonObject | None, timeout: float = 300) -> EpCompatibility:
     run = run_child("ortcompile.eps.compat:_child_main", {"ep": ep_name, "info": info}, _MARK, timeout)
     if run.answer is not None:
-        return EpCompatibility(**run.answer)
+        return EpCompatibility.from_answer(run.answer)
     if run.returncode is None:
         why = f"{ep_name} did not answer within {timeout:.0f} s"
     elif run.killed_by_signal:
@@ -148,10 +156,10 @@ def _child_main() -> None:
     """Child side of _ask_in_child: one JSON line on stdout."""
     spec = json.loads(sys.argv[1])
     entry = _ask(spec["ep"], spec["info"], decode_info(spec["ep"], spec["info"]))
-    answer_parent(_MARK, entry.__dict__)
+    answer_parent(_MARK, entry.to_answer())
 
 
-def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibility:
+def _ask(ep_name: str, info: str, decoded: JsonObject | None) -> EpCompatibility:
     from onnxruntime.capi import _pybind_state as binding
 
     try:
@@ -162,7 +170,7 @@ def _ask(ep_name: str, info: str, decoded: dict[str, Any] | None) -> EpCompatibi
     except ComponentMissing as exc:
         return EpCompatibility(ep_name, info, "not-supported", exc.message, decoded=decoded)
     devices = devices_of(ep)
-    described = [describe_device(d) for d in devices]
+    described = tuple(describe_device(d) for d in devices)
     if not devices:
         return EpCompatibility(ep_name, info, "not-supported", f"{ep_name} claims no device on this machine", decoded=decoded)
     try:

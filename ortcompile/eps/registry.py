@@ -27,6 +27,7 @@ from ortcompile.eps.resolved import ResolvedEp
 from ortcompile.eps.targets import Target, apply_target, default_target, describe_device, device_matches, device_targets, find_target, static_targets
 from ortcompile.eps.validate import probe_library, validate_options
 from ortcompile.errors import ComponentMissing, EpUnavailable, OrtCompileWarning, UsageError, first_line
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import apply_ort_log_level, native_stdout_to_stderr
 
 VIRTUAL_SUFFIX = ".virtual"
@@ -222,7 +223,7 @@ class TargetListing:
     usable: bool  # the EP can compile here (installed, loads, has a device)
     note: str = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"ep": self.ep.short_name, "ep_name": self.ep.ep_name, "kind": self.ep.target_kind, "usable": self.usable,
                 "note": self.note, "targets": [t.to_json() for t in self.targets]}
 
@@ -251,13 +252,25 @@ def list_targets(name: str | None = None) -> list[TargetListing]:
 
 
 @dataclass(frozen=True)
+class ListedDevice:
+    """A device as `ortcompile eps` lists it."""
+
+    type: str
+    vendor: str
+    vendor_id: str
+
+    def to_json(self) -> JsonObject:
+        return {"type": self.type, "vendor": self.vendor, "vendor_id": self.vendor_id}
+
+
+@dataclass(frozen=True)
 class EpListing:
     short_name: str
     ep_name: str
     package: str
     installed: bool
     version: str | None
-    devices: list[dict[str, Any]]
+    devices: list[ListedDevice]
     compiles: bool
     note: str = ""
     known: bool = True
@@ -265,14 +278,14 @@ class EpListing:
     precision: str = "fp32"
     static_shapes: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.short_name,
             "ep_name": self.ep_name,
             "package": self.package,
             "installed": self.installed,
             "version": self.version,
-            "devices": self.devices,
+            "devices": [d.to_json() for d in self.devices],
             "produces_epcontext": self.compiles,
             "available": self.installed and bool(self.devices),
             "note": self.note,
@@ -310,6 +323,6 @@ def list_eps() -> list[EpListing]:
     return listings
 
 
-def _listed_device(device: Any) -> dict[str, str]:
+def _listed_device(device: Any) -> ListedDevice:
     data = describe_device(device)
-    return {"type": data["type"], "vendor": data["vendor"], "vendor_id": data["vendor_id"]}
+    return ListedDevice(data.type, data.vendor, data.vendor_id)

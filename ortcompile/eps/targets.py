@@ -20,6 +20,7 @@ from typing import Any
 
 from ortcompile.eps.catalog import EpInfo
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 
 
 @dataclass(frozen=True)
@@ -41,7 +42,7 @@ class Target:
     def names(self) -> tuple[str, ...]:
         return (self.name, *self.aliases)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"name": self.name, "ep": self.ep, "description": self.description, "options": self.option_dict,
                 "aliases": list(self.aliases), "virtual": self.virtual, "default": self.default, "note": self.note}
 
@@ -137,46 +138,61 @@ def apply_target(target: Target | None, options: dict[str, str], explicit: bool)
     return {**target.option_dict, **options}, overridden
 
 
-def describe_device(device: Any) -> dict[str, Any]:
-    """A device as plain data: type, vendor, ids, virtual or not, and the EP's metadata."""
+@dataclass(frozen=True)
+class DeviceInfo:
+    """An ORT EP device as plain data: type, vendor, ids, virtual or not, and the EP's metadata."""
+
+    type: str  # CPU | GPU | NPU
+    vendor: str
+    vendor_id: str
+    device_id: str
+    virtual: bool
+    ep_metadata: dict[str, str]  # what the EP says about the device, free-form by contract (library_path left out)
+
+    def to_json(self) -> JsonObject:
+        return {"type": self.type, "vendor": self.vendor, "vendor_id": self.vendor_id, "device_id": self.device_id,
+                "virtual": self.virtual, "ep_metadata": self.ep_metadata}
+
+
+def describe_device(device: Any) -> DeviceInfo:
     hw = device.device
     hw_meta = dict(hw.metadata)
-    return {
-        "type": hw.type.name,
-        "vendor": device.ep_vendor or hw.vendor,
-        "vendor_id": str(hw.vendor_id),
-        "device_id": str(hw.device_id),
-        "virtual": hw_meta.get("is_virtual") == "1",
-        "ep_metadata": {k: v for k, v in dict(device.ep_metadata).items() if k != "library_path"},
-    }
+    return DeviceInfo(
+        type=hw.type.name,
+        vendor=device.ep_vendor or hw.vendor,
+        vendor_id=str(hw.vendor_id),
+        device_id=str(hw.device_id),
+        virtual=hw_meta.get("is_virtual") == "1",
+        ep_metadata={k: v for k, v in dict(device.ep_metadata).items() if k != "library_path"},
+    )
 
 
 def device_targets(info: EpInfo, devices: list[Any]) -> list[Target]:
     """One target per device: real ones named by type (cpu, gpu, npu; :N when several), virtual NPUs by platform."""
     targets: list[Target] = []
     counts: dict[str, int] = {}
-    seen: list[dict[str, Any]] = []
+    seen: list[DeviceInfo] = []
     for device in devices:
         data = describe_device(device)
         if data in seen:  # a factory registered later also claims an earlier registration's virtual device
             continue
         seen.append(data)
-        kind = data["type"].lower()
-        meta = data["ep_metadata"]
-        match: list[tuple[str, str]] = [("type", data["type"]), ("virtual", "1" if data["virtual"] else "0"),
-                                        ("device_id", data["device_id"])]
-        if data["virtual"] and "npu_platform" in meta:
+        kind = data.type.lower()
+        meta = data.ep_metadata
+        match: list[tuple[str, str]] = [("type", data.type), ("virtual", "1" if data.virtual else "0"),
+                                        ("device_id", data.device_id)]
+        if data.virtual and "npu_platform" in meta:
             platform = meta["npu_platform"]
             description, aliases = OPENVINO_NPU_PLATFORMS.get(platform, (f"NPU platform {platform}", ()))
             name = f"npu{platform}"
             match.append(("ep:npu_platform", platform))
             targets.append(Target(name, info.short_name, description + " (virtual: cross-compile)", (), aliases, True, tuple(match)))
             continue
-        base = f"virtual-{kind}" if data["virtual"] else kind
+        base = f"virtual-{kind}" if data.virtual else kind
         counts[base] = counts.get(base, 0) + 1
         name = base if counts[base] == 1 else f"{base}:{counts[base] - 1}"
-        label = f"{data['vendor']} {data['type']}" + (f" ({meta['ov_device']})" if "ov_device" in meta else "")
-        targets.append(Target(name, info.short_name, ("virtual " if data["virtual"] else "") + label, (), (), data["virtual"], tuple(match)))
+        label = f"{data.vendor} {data.type}" + (f" ({meta['ov_device']})" if "ov_device" in meta else "")
+        targets.append(Target(name, info.short_name, ("virtual " if data.virtual else "") + label, (), (), data.virtual, tuple(match)))
     if targets and not any(t.virtual for t in targets[:1]):
         first = targets[0]
         targets[0] = Target(first.name, first.ep, first.description, first.options, first.aliases, first.virtual, first.match,
@@ -187,12 +203,12 @@ def device_targets(info: EpInfo, devices: list[Any]) -> list[Target]:
 def device_matches(device: Any, target: Target) -> bool:
     data = describe_device(device)
     for key, value in target.match:
-        if key == "type" and data["type"] != value:
+        if key == "type" and data.type != value:
             return False
-        if key == "virtual" and ("1" if data["virtual"] else "0") != value:
+        if key == "virtual" and ("1" if data.virtual else "0") != value:
             return False
-        if key == "device_id" and data["device_id"] != value:
+        if key == "device_id" and data.device_id != value:
             return False
-        if key.startswith("ep:") and data["ep_metadata"].get(key[3:]) != value:
+        if key.startswith("ep:") and data.ep_metadata.get(key[3:]) != value:
             return False
     return True

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
 from ortcompile.paths import is_plain_name
 
@@ -32,8 +33,8 @@ class FileEntry:
     sha256: str
     shared: bool | None = None  # --share-weights: also used by other models of the batch (None: not a batch)
 
-    def to_json(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"name": self.name, "role": self.role, "size": self.size, "sha256": self.sha256}
+    def to_json(self) -> JsonObject:
+        entry: JsonObject = {"name": self.name, "role": self.role, "size": self.size, "sha256": self.sha256}
         if self.shared is not None:
             entry["shared"] = self.shared
         return entry
@@ -53,7 +54,7 @@ class Versions:
     ep_name: str
     ep_version: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"ortcompile": self.ortcompile, "onnxruntime": self.onnxruntime, "ep": {"name": self.ep_name, "version": self.ep_version}}
 
 
@@ -64,14 +65,16 @@ class Manifest:
     input_sha256: str
     input_files: tuple[InputFile, ...]
     versions: Versions
-    options: dict[str, Any]  # what shaped the output (CompileOptions.recorded): compared whole by --if-changed
-    nodes: dict[str, Any] = field(default_factory=dict)  # epcontext count, compiled_ops, remaining_ops
+    # The sections below stay JSON as written: each is made by the step that owns it, kept byte for byte, and read
+    # back only by the few readers named (a reader that needs a field checks it there).
+    options: JsonObject  # what shaped the output (optiontable: CompileOptions.recorded): compared whole by --if-changed
+    nodes: JsonObject = field(default_factory=dict)  # epcontext count, compiled_ops, remaining_ops (compile/finish.node_counts)
     initializers: dict[str, int] = field(default_factory=dict)  # external / inline counts
-    prepare: dict[str, Any] | None = None  # what the prepare step did to the graph before the EP saw it
-    check: dict[str, Any] | None = None  # what the pre-publish check proved (mode, result)
-    target: dict[str, Any] | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
-    parts: tuple[dict[str, Any], ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py)
-    cpu_nodes: dict[str, Any] | None = None  # --cpu-nodes / --fallback auto: what was kept off the EP and why (compile/fallback.py)
+    prepare: JsonObject | None = None  # what the prepare step did to the graph before the EP saw it (compile/prepare.py)
+    check: JsonObject | None = None  # what the pre-publish check proved (readback/check.record)
+    target: JsonObject | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
+    parts: tuple[JsonObject, ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py)
+    cpu_nodes: JsonObject | None = None  # --cpu-nodes / --fallback auto: what was kept off the EP and why (compile/fallback.py)
 
     # ---------------------------------------------------------------- reading
 
@@ -142,13 +145,13 @@ class Manifest:
         return str(self.options.get("ep", ""))
 
     @property
-    def layout(self) -> dict[str, Any]:
+    def layout(self) -> JsonObject:
         return self.options.get("layout") or {}
 
     # ---------------------------------------------------------------- writing
 
-    def to_json(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
+    def to_json(self) -> JsonObject:
+        document: JsonObject = {
             "format": MANIFEST_FORMAT,
             "model": self.model,
             "files": [f.to_json() for f in self.files],
@@ -203,14 +206,14 @@ def _input_file(entry: Any) -> InputFile:
     return InputFile(entry["name"], entry["size"], entry["sha256"])
 
 
-def _versions(versions: dict[str, Any]) -> Versions:
+def _versions(versions: JsonObject) -> Versions:
     ep = versions.get("ep") or {}
     if not isinstance(ep, dict):
         raise ManifestError("unreadable manifest ('versions.ep' must be an object)")
     return Versions(str(versions.get("ortcompile", "")), str(versions.get("onnxruntime", "")), str(ep.get("name", "")), str(ep.get("version", "")))
 
 
-def _check_layout(options: dict[str, Any]) -> None:
+def _check_layout(options: JsonObject) -> None:
     layout = options.get("layout", {})
     if not isinstance(layout, dict):
         raise ManifestError("unreadable manifest ('options.layout' must be an object)")

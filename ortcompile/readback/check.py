@@ -18,16 +18,16 @@ SMALL_SOURCE the reference's CPU run goes beside the EP's runs (reference.py); -
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ortcompile.eps.request import EpRequest
+from ortcompile.jsonedge import JsonObject
 from ortcompile.options import CheckMode
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given
-from ortcompile.readback.nextsteps import runs_table
-from ortcompile.readback.parity import ParityReport, ParityRequest
+from ortcompile.readback.parity import ParityReport, ParityRequest, ParityRun
 
 SMALL_SOURCE = 256 * 2**20  # bytes of model and data: below it the check also runs seed 1
 
@@ -63,24 +63,38 @@ def failure_detail(report: ParityReport) -> str | None:
     return "\n".join(lines) or None
 
 
-def record(report: ParityReport, given: bool) -> dict[str, Any]:
-    """For the manifest: what was proven (deterministic: no times, no numbers that vary by machine). `given`: the
-    user gave some inputs (make_feeds refuses a name the model lacks, so a passing run fed every one of them)."""
-    result: dict[str, Any] = {"mode": report.mode, "passed": report.ok}
+def runs_table(runs: Sequence[ParityRun]) -> list[str]:
+    """-v: one line per input set and output, failures marked."""
+    lines = []
+    for run in runs:
+        for out in run.outputs:
+            metrics = ", ".join(f"{k} {value:.4g}" for k in ("snr_db", "cosine", "max_abs") if (value := out.metric(k)) is not None)
+            verdict = "ok" if out.ok else f"FAIL: {out.reason}"
+            lines.append(f"  {run.input_set}: {out.name} {out.shape}: {verdict}" + (f" ({metrics})" if metrics else ""))
+    return lines
+
+
+def record(report: ParityReport, given: bool) -> JsonObject:
+    """For the manifest (its `check` object, JSON as written): what was proven (deterministic: no times, no numbers
+    that vary by machine). `given`: the user gave some inputs (make_feeds refuses a name the model lacks, so a passing
+    run fed every one of them)."""
+    result: JsonObject = {"mode": report.mode, "passed": report.ok}
     if report.mode == "run":
-        result["criterion"] = f"{report.criterion.get('kind')} ({report.criterion.get('precision')} check)"
+        criterion = report.criterion
+        result["criterion"] = f"{criterion.kind if criterion else None} ({criterion.precision if criterion else None} check)"
         result["inputs"] = "given and generated (seeded)" if given else "generated (seeded)"
         if report.warning:
             result["compared"] = False
     return result
 
 
-def to_json(report: ParityReport) -> dict[str, Any]:
+def to_json(report: ParityReport) -> JsonObject:
     """For the compile result (--json): everything the check measured."""
     return {"mode": report.mode, "ok": report.ok, "error": report.error, "hint": report.hint,
             "seconds": {k: round(v, 3) for k, v in report.seconds.items()}, "placement": report.placement,
             "placement_nodes": report.placement_nodes,
-            "criterion": report.criterion, "outputs": report.outputs, "dims": report.dims, "notes": report.notes,
+            "criterion": report.criterion.to_json() if report.criterion else {},
+            "outputs": [o.to_json() for o in report.outputs], "dims": report.dims, "notes": report.notes,
             "input_sets": report.sets, "warning": report.warning}
 
 
@@ -91,9 +105,9 @@ def describe_ok(report: ParityReport, total: float) -> str:
         return f"check: loads on its EP ({total:.2f}s)"
     if report.warning:
         return f"check: loads and runs on its EP, outputs not compared ({seconds})"
-    snrs = [o["snr_db"] for o in report.outputs if o.get("snr_db") is not None]
+    snrs = [snr for o in report.outputs if (snr := o.metric("snr_db")) is not None]
     quality = f", worst SNR {min(snrs):.1f} dB" if snrs else ""
-    count = len(report.runs[0]["outputs"]) if report.runs else 0  # outputs of the model, not of every set
+    count = len(report.runs[0].outputs) if report.runs else 0  # outputs of the model, not of every set
     sets = f" on {len(report.sets)} input sets" if len(report.sets) > 1 else ""
     return f"check: loads, runs and agrees with the source on the CPU EP{sets} ({count} output{'s' if count != 1 else ''}{quality}; {seconds})"
 

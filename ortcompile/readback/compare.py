@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.readback.criteria import DEFAULTS, PRECISIONS, PURPOSES, Criterion, criterion_for
 
 __all__ = ["DEFAULTS", "PRECISIONS", "PURPOSES", "Criterion", "OutputComparison", "compare_output", "criterion_for"]
@@ -48,8 +49,22 @@ class OutputComparison:
     nonfinite: int = 0  # elements NaN/inf where the reference is finite, or not matching the reference's NaN/inf
     note: str = ""  # ok through the elementwise tolerance alone, the metrics would fail (near-zero outputs): a weak pass
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {k: _finite_or_none(v) for k, v in asdict(self).items()}
+
+    def metric(self, name: str) -> float | None:
+        """A metric as the JSON gives it: None when unknown or not finite (an exact output's SNR is +inf)."""
+        return _finite_or_none(getattr(self, name))
+
+
+class _Common(TypedDict):
+    """The fields every comparison of one output shares, passed on as OutputComparison's keywords."""
+
+    name: str
+    shape: list[int]
+    dtype: str
+    total: int
+    criterion: str
 
 
 def _finite_or_none(value: Any) -> Any:
@@ -59,7 +74,7 @@ def _finite_or_none(value: Any) -> Any:
 def compare_output(name: str, got: np.ndarray, want: np.ndarray | None, criterion: Criterion) -> OutputComparison:
     """Compare the compiled model's output `got` with the reference's `want` (None: the reference has no such output)."""
     got = np.asarray(got)
-    base = {"name": name, "shape": list(got.shape), "dtype": str(got.dtype), "total": int(got.size), "criterion": criterion.kind}
+    base = _Common(name=name, shape=list(got.shape), dtype=str(got.dtype), total=int(got.size), criterion=criterion.kind)
     if want is None or np.asarray(want).shape != got.shape or np.asarray(want).dtype != got.dtype:
         expected = "missing" if want is None else f"{np.asarray(want).dtype}{list(np.asarray(want).shape)}"
         reason = f"the compiled model gives {got.dtype}{list(got.shape)}, the source {expected}"
@@ -70,7 +85,7 @@ def compare_output(name: str, got: np.ndarray, want: np.ndarray | None, criterio
     return _compare_floats(base, got, want, criterion)
 
 
-def _compare_exact(base: dict[str, Any], got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
+def _compare_exact(base: _Common, got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
     """Integers, bools, strings: equal or not (verify's max_abs/max_rel as numbers; strings: the count of differences)."""
     mismatched = int(np.count_nonzero(got != want))
     numeric = got.dtype.kind in "iub"
@@ -82,7 +97,7 @@ def _compare_exact(base: dict[str, Any], got: np.ndarray, want: np.ndarray, crit
     return OutputComparison(**base, max_abs=diff, max_rel=diff, mismatches=mismatched, reason=reason, ok=ok, exact=mismatched == 0)
 
 
-def _compare_floats(base: dict[str, Any], got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
+def _compare_floats(base: _Common, got: np.ndarray, want: np.ndarray, criterion: Criterion) -> OutputComparison:
     g, w = got.astype(np.float64), want.astype(np.float64)
     both_finite = np.isfinite(g) & np.isfinite(w)
     close = np.isclose(g, w, rtol=criterion.rtol, atol=criterion.atol, equal_nan=True)

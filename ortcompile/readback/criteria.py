@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 
 PRECISIONS = ("fp32", "fp16", "bf16", "quantized")
 PURPOSES = ("verify", "check")
@@ -99,7 +100,7 @@ class Criterion:
                     f"integers equal on >= {self.min_equal_fraction:g} of elements")
         return f"{rule} ({self.precision} {self.purpose}: {self.why or WHY_PRECISION[self.precision]})"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return dataclasses.asdict(self)  # every value is finite or None: RFC 8259
 
 

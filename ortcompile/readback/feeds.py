@@ -44,6 +44,8 @@ from ortcompile.readback.inputspec import InputSpec
 from ortcompile.readback.llm import Layout, layout_of, llm_value
 from ortcompile.readback.roles import LLM_ROLES, TOKEN_IDS, ModelFacts, genai_int, role_of
 
+Arrays = dict[str, np.ndarray]  # a model's inputs or outputs by name, as a session takes and gives them
+
 __all__ = [
     "Feeds", "Given", "InputHint", "InputSpec", "guess_dim", "load_inputs", "make_feeds", "numpy_dtype", "parse_input", "read_hints",
     "specs_from_model", "specs_from_session", "unknown_dims",

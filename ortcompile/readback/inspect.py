@@ -13,6 +13,7 @@ from typing import Any
 
 from ortcompile.eps.compat import METADATA_PREFIX, decode_info
 from ortcompile.errors import InvalidModel, first_line
+from ortcompile.jsonedge import JsonObject
 from ortcompile.layout import DEFAULT_ALIGN, DEFAULT_ALIGN_THRESHOLD
 from ortcompile.onnxfacts import (
     EPCONTEXT,
@@ -46,7 +47,7 @@ class DataFileUse:
     safe: bool = True
     shared: bool = False  # listed as shared with other models in the manifest
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "tensors": self.tensors,
@@ -59,29 +60,112 @@ class DataFileUse:
         }
 
 
+@dataclass(frozen=True)
+class TensorInfo:
+    """A graph input or output: its element type and shape (an int per fixed dim, a name per symbolic one, '?' unknown)."""
+
+    name: str
+    dtype: str
+    shape: tuple[int | str, ...]
+
+    @property
+    def dynamic(self) -> bool:
+        return any(isinstance(d, str) for d in self.shape)
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "dtype": self.dtype, "shape": list(self.shape), "dynamic": self.dynamic}
+
+
+@dataclass(frozen=True)
+class BlobFile:
+    """The EP context file an EPContext node points to (embed_mode 0)."""
+
+    location: str
+    size: int | None  # on disk; None when missing or unsafe
+    safe: bool = True
+    shared: bool = False  # listed as shared with other models in the manifest
+
+    def to_json(self) -> JsonObject:
+        return {"location": self.location, "size": self.size, "missing": self.safe and self.size is None,
+                "unsafe_path": not self.safe, "shared": self.shared}
+
+
+@dataclass(frozen=True)
+class EpContextEntry:
+    name: str
+    source: str | None  # the EP that wrote it
+    partition_name: str | None
+    main_context: int  # -1: unreadable
+    embed_mode: int  # -1: unreadable
+    ep_sdk_version: str | None
+    blob: BlobFile | None
+    embedded_bytes: int
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "source": self.source, "partition_name": self.partition_name, "main_context": self.main_context,
+                "embed_mode": self.embed_mode, "ep_sdk_version": self.ep_sdk_version,
+                "blob": self.blob.to_json() if self.blob else None, "embedded_bytes": self.embedded_bytes}
+
+
+@dataclass(frozen=True)
+class UnalignedTensor:
+    name: str
+    file: str
+    offset: int
+    length: int
+
+    def to_json(self) -> JsonObject:
+        return {"name": self.name, "file": self.file, "offset": self.offset, "length": self.length}
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """External tensors of at least `threshold` bytes, and which of them do not start at a multiple of `align`."""
+
+    align: int
+    threshold: int
+    large_tensors: int
+    unaligned: tuple[UnalignedTensor, ...]
+
+    def to_json(self) -> JsonObject:
+        return {"align": self.align, "threshold": self.threshold, "large_tensors": self.large_tensors,
+                "aligned": self.large_tensors - len(self.unaligned), "unaligned": [u.to_json() for u in self.unaligned]}
+
+
+@dataclass(frozen=True)
+class CompiledFor:
+    """What one EP wrote about the hardware it compiled for (ORT metadata `ep_compatibility_info.<EP>`)."""
+
+    info: str
+    decoded: JsonObject | None  # eps.compat.decode_info: the fields of a format we know (OpenVINO's is its own JSON)
+
+    def to_json(self) -> JsonObject:
+        return {"info": self.info, "decoded": self.decoded}
+
+
 @dataclass
 class InspectReport:
     model: Path
     graph_bytes: int
     opsets: dict[str, int]  # the domains some node (or model function) is in; the default domain always
-    inputs: list[dict[str, Any]]
-    outputs: list[dict[str, Any]]
-    epcontext: list[dict[str, Any]]
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
+    epcontext: list[EpContextEntry]
     compiled_ops: dict[str, int] | None  # op types the EPContext nodes replaced (from the manifest; None: unknown)
     epcontext_by_source: dict[str, int]
     remaining_ops: dict[str, int]
     inline_initializers: int
     inline_bytes: int
     data_files: list[DataFileUse]
-    alignment: dict[str, Any]
+    alignment: Alignment
     manifest: ManifestStatus | None = None
     problems: list[str] = field(default_factory=list)
-    target: dict[str, Any] | None = None  # what the EP compiled for, from the manifest
-    parts: list[dict[str, Any]] | None = None  # a stitched model (--partition, stitch): its parts, from the manifest
-    compatibility: dict[str, Any] = field(default_factory=dict)  # EP -> {info, decoded}: ORT's ep_compatibility_info metadata
+    target: JsonObject | None = None  # what the EP compiled for: the manifest's record, shown as recorded
+    parts: list[JsonObject] | None = None  # a stitched model (--partition, stitch): its parts, the manifest's records as recorded
+    compatibility: dict[str, CompiledFor] = field(default_factory=dict)  # by EP name
     unused_opsets: list[str] = field(default_factory=list)  # domains the model imports that nothing uses (ORT's compiler adds ~9)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         external = sum(f.tensors for f in self.data_files)
         return {
             "format": INSPECT_FORMAT,
@@ -90,9 +174,9 @@ class InspectReport:
             "protobuf_headroom_bytes": PROTOBUF_LIMIT - self.graph_bytes,
             "opsets": self.opsets,
             "unused_opsets": self.unused_opsets,
-            "inputs": self.inputs,
-            "outputs": self.outputs,
-            "epcontext_nodes": self.epcontext,
+            "inputs": [i.to_json() for i in self.inputs],
+            "outputs": [o.to_json() for o in self.outputs],
+            "epcontext_nodes": [e.to_json() for e in self.epcontext],
             "nodes": {
                 "epcontext": len(self.epcontext),
                 "epcontext_by_source": self.epcontext_by_source,
@@ -105,11 +189,11 @@ class InspectReport:
                 "external": external,
                 "files": [f.to_json() for f in self.data_files],
             },
-            "alignment": self.alignment,
+            "alignment": self.alignment.to_json(),
             "manifest": self.manifest.to_json() if self.manifest else None,
             "target": self.target,
             "parts": self.parts,
-            "compatibility": self.compatibility,
+            "compatibility": {ep: c.to_json() for ep, c in self.compatibility.items()},
             "problems": self.problems,
         }
 
@@ -147,11 +231,8 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
     align, threshold = _recorded_alignment(manifest)
     directory = model_dir(path)
     data_files, alignment, field_problems = _initializer_layout(model, directory, align, threshold)
-    epcontext = [_epcontext_entry(n, directory, field_problems) for n in epcontext_nodes(model)]
     shared = manifest.manifest.shared_names if manifest.manifest else set()
-    for entry in epcontext:
-        if entry["blob"]:
-            entry["blob"]["shared"] = entry["blob"]["location"] in shared  # --share-weights: other models use it too
+    epcontext = [_epcontext_entry(n, directory, shared, field_problems) for n in epcontext_nodes(model)]
     for use in data_files:
         use.shared = use.name in shared
     inline = [t for t in model.graph.initializer if not is_external(t)]
@@ -183,10 +264,10 @@ def _report(path: Path, model: Any, check: bool) -> InspectReport:
     return report
 
 
-def _compatibility(model: Any) -> dict[str, Any]:
+def _compatibility(model: Any) -> dict[str, CompiledFor]:
     """What each EP wrote about the hardware it compiled for (ORT metadata `ep_compatibility_info.<EP>`), decoded."""
     infos = {p.key[len(METADATA_PREFIX):]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)}
-    return {ep: {"info": info, "decoded": decode_info(ep, info)} for ep, info in sorted(infos.items())}
+    return {ep: CompiledFor(info, decode_info(ep, info)) for ep, info in sorted(infos.items())}
 
 
 def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:
@@ -194,10 +275,11 @@ def _recorded_alignment(manifest: ManifestStatus) -> tuple[int, int]:
     return int(layout.get("align", DEFAULT_ALIGN)), int(layout.get("align_threshold", DEFAULT_ALIGN_THRESHOLD))
 
 
-def _initializer_layout(model: Any, directory: Path, align: int, threshold: int) -> tuple[list[DataFileUse], dict[str, Any], list[str]]:
+def _initializer_layout(model: Any, directory: Path, align: int, threshold: int) -> tuple[list[DataFileUse], Alignment, list[str]]:
     """Data files by every external tensor (subgraphs' and Constant values too), alignment, and unreadable fields."""
     files: dict[str, DataFileUse] = {}
-    large, unaligned, problems = 0, [], []
+    large, problems = 0, []
+    unaligned: list[UnalignedTensor] = []
     for site in iter_tensors(model):
         ref, unreadable = lenient_external_ref(site.tensor)
         if ref is None:
@@ -211,9 +293,8 @@ def _initializer_layout(model: Any, directory: Path, align: int, threshold: int)
         if length >= threshold:
             large += 1
             if offset % align:
-                unaligned.append({"name": site.name, "file": location, "offset": offset, "length": length})
-    alignment = {"align": align, "threshold": threshold, "large_tensors": large, "aligned": large - len(unaligned), "unaligned": unaligned}
-    return sorted(files.values(), key=lambda f: f.name), alignment, problems
+                unaligned.append(UnalignedTensor(site.name, location, offset, length))
+    return sorted(files.values(), key=lambda f: f.name), Alignment(align, threshold, large, tuple(unaligned)), problems
 
 
 def _own_size(tensor: Any) -> int | None:
@@ -235,43 +316,42 @@ def _data_file(directory: Path, location: str) -> DataFileUse:
     return use
 
 
-def _epcontext_entry(node: Any, directory: Path, problems: list[str]) -> dict[str, Any]:
+def _epcontext_entry(node: Any, directory: Path, shared: set[str], problems: list[str]) -> EpContextEntry:
     attrs = epcontext_attrs(node)
     problems += [f"EPContext node {node.name!r}: {problem}" for problem in attrs.problems]
-    entry: dict[str, Any] = {
-        "name": node.name,
-        "source": attrs.source,
-        "partition_name": attrs.partition_name,
-        "main_context": -1 if attrs.main_context is None else attrs.main_context,  # -1: unreadable
-        "embed_mode": -1 if attrs.embed_mode is None else attrs.embed_mode,
-        "ep_sdk_version": attrs.ep_sdk_version,
-        "blob": None,
-        "embedded_bytes": attrs.embedded_bytes,
-    }
+    blob = None
     if attrs.blob_location is not None:
         use = _data_file(directory, attrs.blob_location)
-        entry["blob"] = {"location": use.name, "size": use.size, "missing": use.safe and use.size is None,
-                         "unsafe_path": not use.safe, "shared": False}
-    return entry
+        blob = BlobFile(use.name, use.size, use.safe, use.name in shared)  # shared: --share-weights, other models use it too
+    return EpContextEntry(
+        name=node.name,
+        source=attrs.source,
+        partition_name=attrs.partition_name,
+        main_context=-1 if attrs.main_context is None else attrs.main_context,
+        embed_mode=-1 if attrs.embed_mode is None else attrs.embed_mode,
+        ep_sdk_version=attrs.ep_sdk_version,
+        blob=blob,
+        embedded_bytes=attrs.embedded_bytes,
+    )
 
 
-def _compiled_ops(manifest: ManifestStatus, epcontext: list[dict[str, Any]]) -> dict[str, int] | None:
+def _compiled_ops(manifest: ManifestStatus, epcontext: list[EpContextEntry]) -> dict[str, int] | None:
     """Op types the EPContext nodes replaced: none without such nodes; from the manifest, else unknown (None)."""
     if not epcontext:
         return {}
     return manifest.manifest.nodes.get("compiled_ops") if manifest.manifest else None
 
 
-def _epcontext_by_source(epcontext: list[dict[str, Any]]) -> dict[str, int]:
+def _epcontext_by_source(epcontext: list[EpContextEntry]) -> dict[str, int]:
     """EPContext nodes per EP that produced them."""
-    return dict(sorted(collections.Counter(entry["source"] or "unknown" for entry in epcontext).items()))
+    return dict(sorted(collections.Counter(entry.source or "unknown" for entry in epcontext).items()))
 
 
-def _value_info(value_info: Any) -> dict[str, Any]:
+def _value_info(value_info: Any) -> TensorInfo:
     tensor_type = value_info.type.tensor_type
-    dims = ["?" if d is None else d for d in input_dims(value_info)]
+    dims = tuple("?" if d is None else d for d in input_dims(value_info))
     elem = dtype_name(tensor_type.elem_type) or f"unknown({tensor_type.elem_type})"
-    return {"name": value_info.name, "dtype": elem.lower(), "shape": dims, "dynamic": any(isinstance(d, str) for d in dims)}
+    return TensorInfo(value_info.name, elem.lower(), dims)
 
 
 def _problems(report: InspectReport) -> list[str]:
@@ -284,11 +364,11 @@ def _problems(report: InspectReport) -> list[str]:
         elif use.size < use.end:
             problems.append(f"external data file {use.name!r} has {use.size} bytes, tensors need {use.end}")
     for node in report.epcontext:
-        blob = node["blob"]
-        if blob and blob["missing"]:
-            problems.append(f"EP context file {blob['location']!r} (node {node['name']!r}) is missing")
-        if blob and blob["unsafe_path"]:
-            problems.append(f"EP context path {blob['location']!r} (node {node['name']!r}) leaves the model's directory")
+        blob = node.blob
+        if blob and blob.safe and blob.size is None:
+            problems.append(f"EP context file {blob.location!r} (node {node.name!r}) is missing")
+        if blob and not blob.safe:
+            problems.append(f"EP context path {blob.location!r} (node {node.name!r}) leaves the model's directory")
     if report.manifest is not None:
         problems += report.manifest.problems
     return problems

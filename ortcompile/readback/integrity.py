@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import FileEntry, Manifest, ManifestError
@@ -33,7 +33,7 @@ class FileStatus:
             return "sha256 differs from the manifest"
         return ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "name": self.name,
             "role": self.role,
@@ -65,7 +65,7 @@ class ManifestStatus:
             return [self.error]
         return [f"{f.name}: {f.problem}" for f in self.files if f.problem]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "path": self.path.name,
             "found": self.found,

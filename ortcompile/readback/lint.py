@@ -21,7 +21,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from ortcompile.jsonedge import JsonObject
+
+if TYPE_CHECKING:
+    import numpy as np  # annotations only: numpy comes with onnx's numpy_helper when a constant is decoded
 
 FP16_MAX = 65504.0
 FP16_MIN_NORMAL = 6.103515625e-05
@@ -47,7 +52,7 @@ class Finding:
     def describe(self) -> str:
         return f"{self.node} ({self.op_type}): {self.message} [{self.rule}]"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"rule": self.rule, "node": self.node, "op_type": self.op_type, "message": self.message,
                 "severity": self.severity, "nodes": list(self.nodes or (self.node,))}
 
@@ -75,7 +80,7 @@ class _Graph:
                 if value is not None:
                     self.constants[n.output[0]] = value
         self.shapes = _shapes(model)
-        self._values: dict[str, Any] = {}
+        self._values: dict[str, np.ndarray | None] = {}  # decoded constants (None: not decoded)
 
     def constant(self, name: str) -> Any:
         """The numpy value of a constant input (None when it is computed, stored outside the graph proto, or larger

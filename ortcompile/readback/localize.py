@@ -18,10 +18,11 @@ from typing import Any
 
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
+from ortcompile.jsonedge import JsonObject
 from ortcompile.progress import Reporter
 from ortcompile.readback.compare import compare_output
 from ortcompile.readback.criteria import Criterion
-from ortcompile.readback.feeds import InputSpec, specs_from_session
+from ortcompile.readback.feeds import Arrays, InputSpec, specs_from_session
 from ortcompile.readback.given import Given
 from ortcompile.readback.lint import node_label
 from ortcompile.readback.placement import assigned_nodes
@@ -46,10 +47,30 @@ class LocalizeRequest:
     input_set: str = ""  # the failing input set ("seed 0", "silence", "sample a.npz"): its inputs are the ones run
 
 
+@dataclass(frozen=True)
+class DivergenceRow:
+    """One node output of the diagnostic run: where the node ran and how far it is from the CPU EP's."""
+
+    node: str  # lint.node_label
+    op_type: str
+    ep: str  # where the node ran
+    tensor: str
+    ok: bool
+    snr_db: float | None  # to 0.01 dB; None: not finite or not known
+    max_abs: float | None  # None: not finite (`nonfinite` counts it) or not comparable
+    nonfinite: int
+    reason: str
+    reads: tuple[str, ...]  # the nodes whose outputs it reads
+
+    def to_json(self) -> JsonObject:
+        return {"node": self.node, "op_type": self.op_type, "ep": self.ep, "tensor": self.tensor, "ok": self.ok, "snr_db": self.snr_db,
+                "max_abs": self.max_abs, "nonfinite": self.nonfinite, "reason": self.reason, "reads": list(self.reads)}
+
+
 @dataclass
 class Divergence:
-    rows: list[dict[str, Any]] = field(default_factory=list)  # per node output: node, op_type, ep, tensor, ok, snr_db, max_abs
-    first: list[dict[str, Any]] = field(default_factory=list)  # the rows of the nodes that diverge first
+    rows: list[DivergenceRow] = field(default_factory=list)  # per node output, in graph order
+    first: list[DivergenceRow] = field(default_factory=list)  # the rows of the nodes that diverge first
     error: str = ""  # why nothing could be localized
 
     def summary(self) -> str:
@@ -61,24 +82,23 @@ class Divergence:
                     "compiled model, not how the EP computes this graph")
         if not self.first:
             return "no single node diverges beyond the criterion: the error builds up over many nodes"
-        shown = ", ".join(f"{r['node']!r} ({r['op_type']} on {_short(r['ep'])}: {describe_error(r)})" for r in self.first[:3])
+        shown = ", ".join(f"{r.node!r} ({r.op_type} on {_short(r.ep)}: {describe_error(r)})" for r in self.first[:3])
         more = f" and {len(self.first) - 3} more" if len(self.first) > 3 else ""
         return f"first diverging node{'s' if len(self.first) > 1 else ''}: {shown}{more}"
 
     @property
     def agrees(self) -> bool:
         """Every node's outputs (the graph's outputs too) agree: the EP computes this graph right."""
-        return bool(self.rows) and all(r["ok"] for r in self.rows)
+        return bool(self.rows) and all(r.ok for r in self.rows)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"first": self.first, "rows": self.rows, "error": self.error}
+    def to_json(self) -> JsonObject:
+        return {"first": [r.to_json() for r in self.first], "rows": [r.to_json() for r in self.rows], "error": self.error}
 
 
-def describe_error(row: dict[str, Any]) -> str:
-    snr = row.get("snr_db")
-    parts = [f"SNR {snr:.1f} dB" if snr is not None else "", f"max abs diff {row['max_abs']:.3g}" if row.get("max_abs") is not None else "",
-             f"{row['nonfinite']} non-finite" if row.get("nonfinite") else ""]
-    return ", ".join(p for p in parts if p) or row.get("reason", "differs")
+def describe_error(row: DivergenceRow) -> str:
+    parts = [f"SNR {row.snr_db:.1f} dB" if row.snr_db is not None else "", f"max abs diff {row.max_abs:.3g}" if row.max_abs is not None else "",
+             f"{row.nonfinite} non-finite" if row.nonfinite else ""]
+    return ", ".join(p for p in parts if p) or row.reason
 
 
 def _short(ep: str) -> str:
@@ -117,18 +137,16 @@ def localize_in_child(request: LocalizeRequest, reporter: Reporter) -> Divergenc
                 continue
             comparison = compare_output(tensor, got[tensor], want[tensor], request.criterion)
             ok = _agrees(comparison, request.criterion)
-            row = {"node": node_label(node), "op_type": node.op_type, "ep": placed.get(node.name, ep.name), "tensor": tensor,
-                   "ok": ok, "snr_db": _round(comparison.snr_db), "max_abs": _finite(comparison.max_abs),
-                   "nonfinite": comparison.nonfinite, "reason": comparison.reason,
-                   "reads": [producers[i] for i in node.input if i in producers]}
-            rows.append(row)
+            rows.append(DivergenceRow(node_label(node), node.op_type, placed.get(node.name, ep.name), tensor, ok, _round(comparison.snr_db),
+                                      _finite(comparison.max_abs), comparison.nonfinite, comparison.reason,
+                                      tuple(producers[i] for i in node.input if i in producers)))
             if not ok:
                 failing.add(tensor)
-    first = [r for r in rows if not r["ok"] and not any(t in failing for t in _inputs_of(model, r["tensor"]))]
+    first = [r for r in rows if not r.ok and not any(t in failing for t in _inputs_of(model, r.tensor))]
     return Divergence(rows, _one_per_node(first))
 
 
-def _feeds_of_set(request: LocalizeRequest, specs: list[InputSpec]) -> dict[str, Any]:
+def _feeds_of_set(request: LocalizeRequest, specs: list[InputSpec]) -> Arrays:
     """The inputs of the set that failed, made as the check and verify make them (else the first set's)."""
     chosen = set_feeds(request.source, specs, (request.seed,), request.dims, request.given)
     names = [s.name for s in chosen.sets]
@@ -138,7 +156,7 @@ def _feeds_of_set(request: LocalizeRequest, specs: list[InputSpec]) -> dict[str,
 def divergence_table(divergence: Divergence, limit: int = 40) -> list[str]:
     """-v: node by node, where it ran and how far its output is from the CPU EP's."""
     rows = divergence.rows
-    lines = [f"  {'ok' if r['ok'] else 'DIFF':4} {r['node']} ({r['op_type']}, {_short(r['ep'])}): {describe_error(r)}" for r in rows[:limit]]
+    lines = [f"  {'ok' if r.ok else 'DIFF':4} {r.node} ({r.op_type}, {_short(r.ep)}): {describe_error(r)}" for r in rows[:limit]]
     if len(rows) > limit:
         lines.append(f"  ... {len(rows) - limit} more in --json")
     return lines
@@ -165,7 +183,7 @@ def _expose_intermediates(model: Any, dims: dict[str, int]) -> dict[str, str]:
     from onnx import helper
 
     _pin_input_dims(model, dims)  # else inference invents dims of unknown size, and the size budget guesses them large
-    types: dict[str, Any] = {}
+    types: dict[str, Any] = {}  # tensor name -> onnx.ValueInfoProto (onnx is imported in the function)
     for data_prop in (True, False):  # data propagation carries a pinned dim through Shape -> Reshape (magika's batch)
         try:
             inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=data_prop)
@@ -214,12 +232,12 @@ def _inputs_of(model: Any, tensor: str) -> list[str]:
     return []
 
 
-def _one_per_node(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _one_per_node(rows: list[DivergenceRow]) -> list[DivergenceRow]:
     seen: set[str] = set()
     unique = []
     for row in rows:
-        if row["node"] not in seen:
-            seen.add(row["node"])
+        if row.node not in seen:
+            seen.add(row.node)
             unique.append(row)
     return unique
 

@@ -4,7 +4,6 @@ says how to go on — realistic inputs, publishing anyway, the table — so a re
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ortcompile.options import CompileOptions
 
@@ -34,13 +33,3 @@ def placement_step(nodes: list[str], command: str = "") -> str:
     pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
     return f"{command}--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}"
 
-
-def runs_table(runs: list[dict[str, Any]]) -> list[str]:
-    """-v: one line per input set and output, failures marked."""
-    lines = []
-    for run in runs:
-        for out in run["outputs"]:
-            metrics = ", ".join(f"{k} {out[k]:.4g}" for k in ("snr_db", "cosine", "max_abs") if isinstance(out.get(k), (int, float)))
-            verdict = "ok" if out["ok"] else f"FAIL: {out['reason']}"
-            lines.append(f"  {run.get('set', 'seed ' + str(run.get('seed')))}: {out['name']} {out['shape']}: {verdict}" + (f" ({metrics})" if metrics else ""))
-    return lines

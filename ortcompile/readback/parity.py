@@ -18,10 +18,12 @@ from typing import Any
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
+from ortcompile.jsonedge import JsonObject
 from ortcompile.ortmarkers import likely_cause
 from ortcompile.progress import Reporter
+from ortcompile.readback.compare import OutputComparison
 from ortcompile.readback.criteria import Criterion
-from ortcompile.readback.feeds import specs_from_session
+from ortcompile.readback.feeds import Arrays, specs_from_session
 from ortcompile.readback.given import Given
 from ortcompile.readback.hints import freeze_suggestion
 from ortcompile.readback.nextsteps import next_steps
@@ -54,6 +56,22 @@ class ParityRequest:
         return {**EXACT_INT8_CONFIG, **({LEAN_CONFIG: "1"} if self.lean else {})}
 
 
+@dataclass(frozen=True)
+class ParityRun:
+    """One input set run through both models: each output judged."""
+
+    seed: int
+    input_set: str  # "seed 0", "silence", "sample a.npz"
+    outputs: tuple[OutputComparison, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    def to_json(self) -> JsonObject:
+        return {"seed": self.seed, "set": self.input_set, "outputs": [o.to_json() for o in self.outputs]}
+
+
 @dataclass
 class ParityReport:
     mode: str
@@ -64,8 +82,8 @@ class ParityReport:
     seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
     placement_nodes: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # EP -> [{name, op_type, domain}]
-    criterion: dict[str, Any] = field(default_factory=dict)
-    runs: list[dict[str, Any]] = field(default_factory=list)  # {"seed": n, "set": name, "outputs": [OutputComparison.to_json()]}
+    criterion: Criterion | None = None  # the one the outputs were judged by (None: nothing was compared)
+    runs: list[ParityRun] = field(default_factory=list)
     dims: dict[str, int] = field(default_factory=dict)  # every symbolic dim's value in the runs
     guessed: dict[str, int] = field(default_factory=dict)  # of those, the ones nobody gave
     notes: list[str] = field(default_factory=list)  # how inputs were chosen
@@ -80,13 +98,18 @@ class ParityReport:
         return f"{self.error}; {self.hint}" if self.hint else self.error
 
     @property
-    def outputs(self) -> list[dict[str, Any]]:
-        return [o for run in self.runs for o in run["outputs"]]
+    def outputs(self) -> list[OutputComparison]:
+        return [o for run in self.runs for o in run.outputs]
 
     @property
     def outputs_differ(self) -> bool:
         """The comparison ran and outputs were outside the criterion (not: would not load, crashed)."""
-        return bool(self.runs) and any(not o.get("ok", True) for o in self.outputs)
+        return bool(self.runs) and any(not o.ok for o in self.outputs)
+
+    @property
+    def failed_run(self) -> ParityRun | None:
+        """The first input set with an output outside the criterion."""
+        return next((run for run in self.runs if not run.ok), None)
 
 
 def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
@@ -122,7 +145,7 @@ def _switch_hint(source: Path) -> str:
 
 
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter,
-                  reference: SourceReference) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                  reference: SourceReference) -> tuple[list[Arrays], list[Arrays]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
     label = f"the compiled {request.model.name}"
     try:
@@ -149,7 +172,7 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
     return outputs, feeds
 
 
-def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[dict[str, Any]]:
+def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[Arrays]:
     chosen = set_feeds(request.source, specs_from_session(session), request.seeds, request.dims, request.given, request.edges)
     report.dims, report.guessed, report.notes = chosen.dims, chosen.guessed, chosen.notes
     report.sets, report.warning = [s.name for s in chosen.sets], chosen.unverifiable
@@ -165,11 +188,11 @@ def _load_seconds(model: Path, ep: Any, dims: dict[str, int]) -> float:
     return seconds
 
 
-def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], outputs: list[dict[str, Any]], report: ParityReport,
+def _compare_with_source(request: ParityRequest, feeds: list[Arrays], outputs: list[Arrays], report: ParityReport,
                          reference: SourceReference) -> None:
     assert request.criterion is not None
     expected, report.seconds["source_on_cpu"], report.seconds["source_run"] = reference.outputs(feeds)
-    report.criterion = request.criterion.to_json()
+    report.criterion = request.criterion
     if report.warning:  # random draws nobody can remove: the runs prove it runs; outputs cannot be compared
         return
     dynamic = data_dependent_outputs(request.source)
@@ -179,7 +202,7 @@ def _compare_with_source(request: ParityRequest, feeds: list[dict[str, Any]], ou
             report.error = f"the compiled model has outputs {sorted(got)} but the source has {sorted(want)}"
             return
         comparisons = [compare_shaped(name, got[name], want[name], request.criterion, name in dynamic) for name in want]
-        report.runs.append({"seed": seed, "set": name_of_set, "outputs": [c.to_json() for c in comparisons]})
+        report.runs.append(ParityRun(seed, name_of_set, tuple(comparisons)))
         bad = next((c for c in comparisons if not c.ok), None)
         if bad is not None and report.ok:
             report.ok = False
@@ -192,7 +215,7 @@ def set_label(name: str) -> str:
     return f"({name})" if name.startswith("seed ") else f"(input set {name!r})"
 
 
-def reference_outputs(source: Path, feeds: list[dict[str, Any]], dims: dict[str, int], config: dict[str, str]) -> tuple[list[dict[str, Any]], float]:
+def reference_outputs(source: Path, feeds: list[Arrays], dims: dict[str, int], config: dict[str, str]) -> tuple[list[Arrays], float]:
     """The source's outputs on the CPU EP for each feed, and the reference session's load time (then freed)."""
     expected, seconds, _ = SourceReference(source, dims, config, concurrent=False).outputs(feeds)
     return expected, seconds

@@ -26,6 +26,7 @@ from ortcompile import ortmarkers
 from ortcompile.eps.catalog import CPU_EP
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import DEVNULL, native_output_shown, redirected
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.onnxfacts import op_counts as graph_op_counts
@@ -92,7 +93,7 @@ class PlacementReport:
     def cpu_nodes(self) -> int:
         return len(self.nodes.get(CPU_EP, []))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "ep": self.ep,
             "target": self.target,

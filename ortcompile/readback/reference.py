@@ -19,12 +19,12 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
 from ortcompile.native import native_stdout_to_stderr
+from ortcompile.readback.feeds import Arrays
 from ortcompile.run.sessions import open_session, run_session
 
-Outputs = list[dict[str, Any]]
+Outputs = list[Arrays]
 
 
 class SourceReference:
@@ -35,7 +35,7 @@ class SourceReference:
         self._future: Future[tuple[Outputs, float, float]] | None = None
 
     @contextlib.contextmanager
-    def beside(self, feeds: list[dict[str, Any]]) -> Iterator[None]:
+    def beside(self, feeds: list[Arrays]) -> Iterator[None]:
         """Around the compiled model's runs: with `concurrent`, the reference runs meanwhile; waited for on exit
         (also when those runs fail: no session outlives the check)."""
         if not self.concurrent:
@@ -48,13 +48,13 @@ class SourceReference:
             finally:
                 wait([self._future])
 
-    def outputs(self, feeds: list[dict[str, Any]]) -> tuple[Outputs, float, float]:
+    def outputs(self, feeds: list[Arrays]) -> tuple[Outputs, float, float]:
         """(outputs per feed, the reference session's load seconds, its run seconds); its errors raise here."""
         if self._future is not None:
             return self._future.result()
         return self._compute(feeds, True)
 
-    def _compute(self, feeds: list[dict[str, Any]], redirect: bool) -> tuple[Outputs, float, float]:
+    def _compute(self, feeds: list[Arrays], redirect: bool) -> tuple[Outputs, float, float]:
         label = f"the source {self.source.name}"
         reference = open_session(self.source, None, self.dims, config=self.config, label=f"{label} on the CPU EP", redirect_native=redirect)
         clock = time.perf_counter()

@@ -16,10 +16,10 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import onnx
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.onnxfacts import graph_inputs
 from ortcompile.readback.hints import PASS_THROUGH, InputHint
 from ortcompile.readback.inputspec import InputSpec
@@ -55,7 +55,7 @@ class ModelFacts:
     """Per-input facts of the source graph and its genai_config.json (empty when absent)."""
 
     inputs: dict[str, InputFacts] = field(default_factory=dict)
-    genai: dict[str, Any] = field(default_factory=dict)  # model.decoder and the top-level ids, as genai writes them
+    genai: JsonObject = field(default_factory=dict)  # genai_config.json as read: genai's schema, checked field by field where read
     rope_theta: float = 10000.0  # from a Hugging Face config.json beside the model, else the usual base
 
 
@@ -92,7 +92,7 @@ def _facts_of(name: str, consumers: Mapping[str, list[onnx.NodeProto]]) -> Input
     return InputFacts(frozenset(reaches), first)
 
 
-def _json_beside(source: Path, name: str) -> dict[str, Any]:
+def _json_beside(source: Path, name: str) -> JsonObject:
     path = source.parent / name
     try:
         if path.is_file() and path.stat().st_size < 2**20:
@@ -103,7 +103,7 @@ def _json_beside(source: Path, name: str) -> dict[str, Any]:
     return {}
 
 
-def genai_decoder(facts: ModelFacts) -> dict[str, Any]:
+def genai_decoder(facts: ModelFacts) -> JsonObject:
     decoder = facts.genai.get("model", {}).get("decoder", {}) if isinstance(facts.genai.get("model"), dict) else {}
     return decoder if isinstance(decoder, dict) else {}
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import onnx
 
-from ortcompile.readback.feeds import Feeds, InputSpec, make_feeds
+from ortcompile.readback.feeds import Arrays, Feeds, InputSpec, make_feeds
 from ortcompile.readback.given import Given, sample_count, sample_names
 from ortcompile.readback.hints import read_hints
 from ortcompile.readback.inputsets import InputSet, edge_sets, sample_sets, seed_sets
@@ -20,7 +19,7 @@ from ortcompile.readback.roles import read_facts
 
 @dataclass
 class ChosenFeeds:
-    arrays: list[dict[str, Any]]
+    arrays: list[Arrays]  # one per input set
     sets: list[InputSet]
     dims: dict[str, int] = field(default_factory=dict)
     guessed: dict[str, int] = field(default_factory=dict)

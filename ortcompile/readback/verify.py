@@ -25,6 +25,7 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import native_output_shown
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import Manifest
@@ -33,11 +34,11 @@ from ortcompile.plan.shapes import resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
-from ortcompile.readback.inspect import inspect_model
+from ortcompile.readback.inspect import TensorInfo, inspect_model
 from ortcompile.readback.integrity import ManifestStatus, check_manifest
 from ortcompile.readback.localize import Divergence, LocalizeRequest, divergence_table, localize_in_child
 from ortcompile.readback.nextsteps import next_steps, placement_step
-from ortcompile.readback.parity import ParityReport, ParityRequest, run_parity
+from ortcompile.readback.parity import ParityReport, ParityRequest, ParityRun, run_parity
 from ortcompile.run.load import recorded_ep_options
 from ortcompile.run.sessions import probe_load
 from ortcompile.worker import fresh_worker
@@ -66,7 +67,7 @@ class VerifyReport:
         return self.integrity_ok and self.parity is not None and self.parity.ok and bool(self.parity.runs or self.parity.warning)
 
     @property
-    def runs(self) -> list[dict[str, Any]]:
+    def runs(self) -> list[ParityRun]:
         return self.parity.runs if self.parity else []
 
     def failure(self) -> str:
@@ -93,7 +94,7 @@ class VerifyReport:
             return None
         if self.divergence.agrees:  # the source is computed right on the EP: the compiled file is what differs
             return "compile it again from the source (the compiled graph or its context is not what the source compiles to)"
-        nodes = [r["node"] for r in self.divergence.first]
+        nodes = [r.node for r in self.divergence.first]
         return placement_step(nodes, "compile with ")
 
     def exception(self) -> OrtCompileError:
@@ -103,7 +104,7 @@ class VerifyReport:
             return CompilationFailed(self.failure())
         return VerificationFailed(self.failure())
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         seconds = dict(self.parity.seconds) if self.parity else {}
         speedup = None
         if seconds.get("compiled") and seconds.get("source_on_ep") and self.ep != eps.CPU_EP:  # two CPU loads compare nothing
@@ -122,7 +123,7 @@ class VerifyReport:
             "inputs": self.parity.notes if self.parity else [],
             "session_seconds": {k: round(v, 3) for k, v in seconds.items() if k in ("compiled", "source_on_ep", "source_on_cpu")},
             "load_speedup": speedup,
-            "runs": self.runs,
+            "runs": [run.to_json() for run in self.runs],
             "input_sets": self.parity.sets if self.parity else [],
             "warning": self.parity.warning if self.parity else "",  # outputs not compared (random ops), said why
             "divergence": self.divergence.to_json() if self.divergence else None,  # first diverging nodes, node by node
@@ -196,8 +197,9 @@ def _run(request: ParityRequest, resolved: eps.ResolvedEp, localize: bool) -> tu
         if not (localize and parity.outputs_differ and request.criterion is not None and request.criterion.kind == "parity"
                 and resolved.name != eps.CPU_EP):
             return parity, None
-        failed_run = next(run for run in parity.runs if any(not o.get("ok", True) for o in run["outputs"]))
-        where = LocalizeRequest(request.source, request.source, request.ep, request.criterion, dict(parity.dims), failed_run["seed"],
+        failed_run = parity.failed_run
+        assert failed_run is not None  # outputs_differ
+        where = LocalizeRequest(request.source, request.source, request.ep, request.criterion, dict(parity.dims), failed_run.seed,
                                 request.given, parity.failed_set)
         try:
             return parity, worker.call(localize_in_child, where, doing=f"localizing the divergence in {request.source.name}")
@@ -228,7 +230,7 @@ def _require_loadable_shared_context(compiled: Path, resolved: eps.ResolvedEp, d
         raise CompilationFailed(f"shared EP context: cannot be loaded on this device ({resolved.name}: {why})")
 
 
-def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], recorded: dict[str, Any], requested: dict[str, int]) -> dict[str, int]:
+def choose_dims(source: SourceModel, compiled_inputs: list[TensorInfo], recorded: JsonObject, requested: dict[str, int]) -> dict[str, int]:
     """A value for every symbolic dim of the source that something decides: --dim, else what the compile pinned,
     else what the compiled model has fixed. The rest are left to the input generator, which guesses and says so.
 
@@ -255,8 +257,8 @@ def choose_dims(source: SourceModel, compiled_inputs: list[dict[str, Any]], reco
     return dims
 
 
-def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[dict[str, Any]]) -> dict[str, int]:
-    by_name = {i["name"]: i["shape"] for i in compiled_inputs}
+def _fixed_by_compiled(source: SourceModel, compiled_inputs: list[TensorInfo]) -> dict[str, int]:
+    by_name = {i.name: i.shape for i in compiled_inputs}
     fixed = {}
     for model_input in source.inputs:
         for declared, actual in zip(model_input.dims, by_name.get(model_input.name, [])):

@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ortcompile import eps, ortmarkers
 from ortcompile.child import answer_parent, run_child
@@ -24,6 +24,9 @@ from ortcompile.eps import CPU_EP, ResolvedEp
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, EpUnavailable, InvalidModel, first_line, ort_reason
 from ortcompile.native import native_stdout_to_stderr
+
+if TYPE_CHECKING:
+    import numpy as np  # annotations only: loading a session needs no numpy here
 
 RECORD_ASSIGNMENT = "session.record_ep_graph_assignment_info"
 # ORT's CPU kernels prepack weights at session creation (MatMul: a second, reshaped copy of each, measured 2.6 GiB
@@ -83,8 +86,8 @@ def require_provider(session: Any, ep: ResolvedEp | None) -> None:
                             f"(ONNX Runtime fell back to {used}){hint}")
 
 
-def run_session(session: Any, feeds: Mapping[str, Any], label: str, ep: ResolvedEp | None = None, *,
-                redirect_native: bool = True) -> dict[str, Any]:
+def run_session(session: Any, feeds: Mapping[str, np.ndarray], label: str, ep: ResolvedEp | None = None, *,
+                redirect_native: bool = True) -> dict[str, np.ndarray]:
     """All outputs by name; an EP failure at run time is a one-line CompilationFailed with the EP's message.
     `redirect_native=False`: the caller holds the redirect (another thread's, see readback/reference.py)."""
     names = [o.name for o in session.get_outputs()]
