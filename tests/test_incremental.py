@@ -2,8 +2,9 @@
 
 Real onnxruntime (QNN's HTP simulator for the fixtures, the CPU EP for the generated hundreds-of-MB models). The
 CLI runs in this process (`cli`, helpers.run_cli) except where a test measures the process: "did not read the
-input" is proved by the process's own read counter (/proc/self/io rchar, `cli_process`), memory by the RSS of a
-real process tree. "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output), not by timing.
+input" is proved by the page cache: the input is evicted before the run and what of it is resident after is what the
+process read, through read(2) or a mapping alike (`cli_process(watch=...)`), memory by the RSS of a real process
+tree. "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output), not by timing.
 
 The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
 A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
@@ -12,13 +13,14 @@ ortcompile/output/incremental.py), so tests that need a trusted stamp wait that 
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -31,29 +33,53 @@ from onnx import TensorProto, helper
 
 from ortcompile.output.incremental import RACY_WINDOW_NS
 
-# Runs the CLI in-process and reports, at exit, how many bytes the process read through read(2) (page cache
-# included): a check that re-hashed a 64 MiB input cannot stay under that number.
-_COUNTING_CLI = textwrap.dedent("""
-    import atexit, sys
-    def _report():
-        io = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
-        sys.stderr.write(f"RCHAR {io['rchar']}\\n")
-    atexit.register(_report)
-    sys.argv[0] = "ortcompile"
-    from ortcompile.cli import main
-    main()
-""")
+# The page size mincore(2) reports residency in.
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def evict(path: Path) -> None:
+    """Drop `path`'s pages from the page cache (written back first: only clean pages can be dropped)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def resident_bytes(path: Path) -> int:
+    """Bytes of `path` in the page cache (mincore(2) over a mapping that touches no page itself)."""
+    size = path.stat().st_size
+    if not size:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype, libc.mmap.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        address = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert address not in (None, ctypes.c_void_p(-1).value), os.strerror(ctypes.get_errno())
+        try:
+            pages = (ctypes.c_ubyte * ((size + PAGE - 1) // PAGE))()
+            assert libc.mincore(address, size, pages) == 0, os.strerror(ctypes.get_errno())
+            return sum(page & 1 for page in pages) * PAGE
+        finally:
+            libc.munmap(address, size)
+    finally:
+        os.close(fd)
 
 
 class Run:
-    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float, rchar: int | None = None) -> None:
-        self.returncode, self.stdout, self.stderr, self.seconds, self._rchar = returncode, stdout, stderr, seconds, rchar
+    def __init__(self, returncode: int, stdout: str, stderr: str, seconds: float, read: int | None = None) -> None:
+        self.returncode, self.stdout, self.stderr, self.seconds, self._read = returncode, stdout, stderr, seconds, read
 
     @property
-    def rchar(self) -> int:
-        """Bytes the process read through read(2); only a `cli_process` run measures it."""
-        assert self._rchar is not None, "rchar is measured only by cli_process (a real process)"
-        return self._rchar
+    def read(self) -> int:
+        """Bytes of the watched file the process read (by read(2) or through a mapping); only `cli_process(watch=)`
+        measures it."""
+        assert self._read is not None, "read is measured only by cli_process(watch=...) (a real process)"
+        return self._read
 
     def json(self) -> dict[str, Any]:
         assert self.returncode == 0, self.stderr
@@ -79,17 +105,17 @@ def cli(cache: Path, *args: object, cwd: Path | None = None) -> Run:
     return Run(result.returncode, result.stdout, result.stderr, time.perf_counter() - clock)
 
 
-def cli_process(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool = False) -> Run:
-    """The CLI in a fresh process that reports its read counter (rchar) at exit, for tests that measure the process:
-    what it read, its wall time with Python's start-up, its peak RSS."""
+def cli_process(cache: Path, *args: object, cwd: Path | None = None, small_parent: bool = False, watch: Path | None = None) -> Run:
+    """The CLI in a fresh process, for tests that measure the process: what it read of `watch` (evicted from the page
+    cache first, its resident bytes counted after), its wall time with Python's start-up, its peak RSS."""
+    if watch is not None:
+        evict(watch)
     clock = time.perf_counter()
-    command = [*(SMALL_PARENT if small_parent else []), sys.executable, "-c", _COUNTING_CLI, *map(str, args)]
+    command = [*(SMALL_PARENT if small_parent else []), sys.executable, "-m", "ortcompile", *map(str, args)]
     proc = subprocess.run(command, cwd=cwd, capture_output=True, text=True,
                           timeout=600, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
-    lines = proc.stderr.splitlines()
-    rchar = next((int(line.split()[1]) for line in lines if line.startswith("RCHAR ")), None)
-    stderr = "\n".join(line for line in lines if not line.startswith("RCHAR "))
-    return Run(proc.returncode, proc.stdout, stderr, time.perf_counter() - clock, rchar)
+    seconds = time.perf_counter() - clock
+    return Run(proc.returncode, proc.stdout, proc.stderr, seconds, None if watch is None else resident_bytes(watch))
 
 
 @pytest.fixture
@@ -254,26 +280,26 @@ def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path:
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
     outputs = disk_state(out, with_bytes=False)
 
-    cached = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    cached = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert cached.only()["up_to_date"] is True
-    assert cached.rchar < size // 4, cached.rchar  # the stamp was trusted: no byte of the weights was read
+    assert cached.read < size // 4, cached.read  # the stamp was trusted: no byte of the weights was read
     [stamp] = stamp_files(cache)
     stamp_before = stamp.read_text()
 
     os.utime(data)  # touch: new mtime and ctime, same bytes
     wait_out_racy_window(data)
-    rehashed = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    rehashed = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert rehashed.only()["up_to_date"] is True
-    assert rehashed.rchar >= size, rehashed.rchar  # the fingerprint changed: it hashed the data again
+    assert rehashed.read >= size, rehashed.read  # the fingerprint changed: it hashed the data again
     entries = {e["name"]: e for e in json.loads(stamp.read_text())["files"]}
     assert stamp.read_text() != stamp_before and entries["w.onnx.data"]["mtime_ns"] == data.stat().st_mtime_ns
 
-    fast_again = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
+    fast_again = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert fast_again.only()["up_to_date"] is True
-    assert fast_again.rchar < size // 4, fast_again.rchar
+    assert fast_again.read < size // 4, fast_again.read
     assert disk_state(out, with_bytes=False) == outputs
-    print(f"\n[incremental] 64 MiB input: cached check {cached.seconds:.3f}s wall (read {cached.rchar >> 20} MiB), "
-          f"after touch {rehashed.seconds:.3f}s (read {rehashed.rchar >> 20} MiB), then {fast_again.seconds:.3f}s")
+    print(f"\n[incremental] 64 MiB input: cached check {cached.seconds:.3f}s wall (read {cached.read >> 20} MiB), "
+          f"after touch {rehashed.seconds:.3f}s (read {rehashed.read >> 20} MiB), then {fast_again.seconds:.3f}s")
 
 
 def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache: Path) -> None:
@@ -286,8 +312,8 @@ def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache:
     data = src / "w.onnx.data"
     wait_out_racy_window(model, data)
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
-    trusted = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
-    assert trusted.only()["up_to_date"] is True and trusted.rchar < size // 4  # the stamp is trusted
+    trusted = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
+    assert trusted.only()["up_to_date"] is True and trusted.read < size // 4  # the stamp is trusted
 
     st = data.stat()
     with open(data, "r+b") as stream:
@@ -315,8 +341,9 @@ def test_without_a_stamp_the_inputs_are_hashed(tmp_path: Path, cache: Path) -> N
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
     for stamp in stamp_files(cache):
         stamp.unlink()
-    fresh = cli_process(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
-    assert fresh.only()["up_to_date"] is True and fresh.rchar >= size
+    fresh = cli_process(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json",
+                        watch=src / "w.onnx.data")
+    assert fresh.only()["up_to_date"] is True and fresh.read >= size
 
 
 def test_up_to_date_check_of_a_500mb_model_is_fast(tmp_path: Path, cache: Path) -> None:
@@ -330,11 +357,12 @@ def test_up_to_date_check_of_a_500mb_model_is_fast(tmp_path: Path, cache: Path) 
         wait_out_racy_window(model, src / "big.onnx.data")
         built = cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json")
         assert built.only()["up_to_date"] is False
-        checks = [cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json") for _ in range(3)]
+        checks = [cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=src / "big.onnx.data")
+                  for _ in range(3)]
         reference = [cli_process(cache, "--version") for _ in range(3)]  # Python + click startup alone, same moment
         for check in checks:
             assert check.only()["up_to_date"] is True
-            assert check.rchar < 64 << 20, check.rchar
+            assert check.read < 64 << 20, check.read
         walls = sorted(c.seconds for c in checks)
         inner = sorted(c.only()["timings"]["up_to_date"] for c in checks)
         print(f"\n[bench] up-to-date check, {size >> 20} MiB input: median {walls[1]:.3f}s wall per process "
