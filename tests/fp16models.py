@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 FRAMES, BINS = 64, 128
 
 
-def _save(path: Path, nodes: list[onnx.NodeProto], inputs: list, outputs: list, initializers: list) -> Path:
+def save_model(path: Path, nodes: list[onnx.NodeProto], inputs: list, outputs: list, initializers: list) -> Path:
     model = helper.make_model(helper.make_graph(nodes, path.stem, inputs, outputs, initializers),
                               opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
     onnx.checker.check_model(model)
@@ -24,14 +24,12 @@ def _save(path: Path, nodes: list[onnx.NodeProto], inputs: list, outputs: list, 
     return path
 
 
-def log_frontend_model(path: Path) -> Path:
-    rng = np.random.default_rng(0)
-    weight = numpy_helper.from_array((rng.standard_normal((BINS, 16)) * 0.1).astype(np.float32), "proj_w")
-    eps = numpy_helper.from_array(np.array(1e-10, np.float32), "eps")
-    nodes = [
+def log_frontend_nodes(log_name: str = "log") -> list[onnx.NodeProto]:
+    """x -> Log(x*x + eps) -> min-max normalization -> MatMul by proj_w -> y (initializers `eps` and `proj_w`)."""
+    return [
         helper.make_node("Mul", ["x", "x"], ["power"], name="square"),
         helper.make_node("Add", ["power", "eps"], ["power_eps"], name="add_eps"),
-        helper.make_node("Log", ["power_eps"], ["log_power"], name="log"),
+        helper.make_node("Log", ["power_eps"], ["log_power"], name=log_name),
         helper.make_node("ReduceMin", ["log_power"], ["lo"], name="min", keepdims=1),
         helper.make_node("ReduceMax", ["log_power"], ["hi"], name="max", keepdims=1),
         helper.make_node("Sub", ["log_power", "lo"], ["centered"], name="center"),
@@ -39,7 +37,13 @@ def log_frontend_model(path: Path) -> Path:
         helper.make_node("Div", ["centered", "span"], ["normalized"], name="normalize"),
         helper.make_node("MatMul", ["normalized", "proj_w"], ["y"], name="proj"),
     ]
-    return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FRAMES, BINS])],
+
+
+def log_frontend_model(path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array((rng.standard_normal((BINS, 16)) * 0.1).astype(np.float32), "proj_w")
+    eps = numpy_helper.from_array(np.array(1e-10, np.float32), "eps")
+    return save_model(path, log_frontend_nodes(), [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FRAMES, BINS])],
                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, FRAMES, 16])], [weight, eps])
 
 
@@ -70,7 +74,7 @@ def gem_model(path: Path) -> Path:
         helper.make_node("Pow", ["mean", "inv_p"], ["pooled"], name="gem_root"),
         helper.make_node("MatMul", ["pooled", "fc_w"], ["logits"], name="fc"),
     ]
-    return _save(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+    return save_model(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
                  [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], [conv, fc, three, third, floor])
 
 

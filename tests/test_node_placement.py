@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fp16models import BINS, FRAMES, save_npy, tones_over_silence
+from fp16models import BINS, FRAMES, log_frontend_nodes, save_model, save_npy, tones_over_silence
 from helpers import cpu_session, qnn_session, run_cli
 from onnx import TensorProto, helper, numpy_helper
 
@@ -37,23 +37,11 @@ def two_logs_model(path: Path) -> Path:
         helper.make_node("Add", ["squashed", "one"], ["shifted"], name="add_one"),
         helper.make_node("Log", ["shifted"], ["log_shifted"], name="log_plain"),
         helper.make_node("MatMul", ["log_shifted", "plain_w"], ["z"], name="plain_proj"),
-        helper.make_node("Mul", ["x", "x"], ["power"], name="square"),
-        helper.make_node("Add", ["power", "eps"], ["power_eps"], name="add_eps"),
-        helper.make_node("Log", ["power_eps"], ["log_power"], name="log_tiny"),
-        helper.make_node("ReduceMin", ["log_power"], ["lo"], name="min", keepdims=1),
-        helper.make_node("ReduceMax", ["log_power"], ["hi"], name="max", keepdims=1),
-        helper.make_node("Sub", ["log_power", "lo"], ["centered"], name="center"),
-        helper.make_node("Sub", ["hi", "lo"], ["span"], name="span"),
-        helper.make_node("Div", ["centered", "span"], ["normalized"], name="normalize"),
-        helper.make_node("MatMul", ["normalized", "proj_w"], ["y"], name="proj"),
+        *log_frontend_nodes("log_tiny"),
     ]
-    graph = helper.make_graph(nodes, path.stem, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FRAMES, BINS])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, FRAMES, 16]),
-                               helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, FRAMES, 8])], constants)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    return save_model(path, nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, FRAMES, BINS])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, FRAMES, 16]),
+                       helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, FRAMES, 8])], constants)
 
 
 @pytest.fixture(scope="module")
