@@ -9,13 +9,13 @@ from typing import Any, Literal
 
 from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.layout import LayoutPolicy
 from ortcompile.optiontable import TABLE, CriterionSettings, Option
 
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
 # The two untyped shapes that cross the passes, named once with the reason they stay untyped:
-JsonRecord = dict[str, Any]  # a document as a file or --json holds it (manifest, parts plan, result): its format's keys, JSON at the edge
 GivenInputs = dict[str, Any]  # input name -> readback.given.Given (--input/--inputs): a floor above, so named here, not imported
 CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
 AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
@@ -86,11 +86,11 @@ class CompileOptions:
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
-    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonRecord:
+    def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonObject:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no
         paths, no --force; verify and check settings are left out: they do not change a byte of the output)."""
         resolved = {"ep": ep_name, "require_compiled": require_compiled, "prepare": self.prepare and compiles}  # only a compiling EP's input is prepared
-        record: JsonRecord = {}
+        record: JsonObject = {}
         for entry in table:
             if entry.recorded is None or entry.field is None:
                 continue
@@ -102,7 +102,7 @@ class CompileOptions:
         return record
 
     @classmethod
-    def from_record(cls, record: JsonRecord, table: Sequence[Option] = TABLE, **overrides: Any) -> CompileOptions:
+    def from_record(cls, record: JsonObject, table: Sequence[Option] = TABLE, **overrides: Any) -> CompileOptions:
         """The options an output's record says it was made with (`recorded`'s inverse, by the same table), plus the
         caller's `overrides`. How a model was cut (recorded when partitioned) is not read back: give it as an override."""
         values: dict[str, Any] = {}  # CompileOptions' keyword arguments, each of its field's type
@@ -140,7 +140,7 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
-def _recorded_at(record: JsonRecord, key: str) -> tuple[bool, Any]:
+def _recorded_at(record: JsonObject, key: str) -> tuple[bool, Any]:
     """The value a record holds under a table key ("layout.align" nests); (False, None) when it holds none."""
     value: Any = record
     for name in key.split("."):
@@ -185,7 +185,7 @@ class CompileResult:
     model: str
     ep: str
     ep_version: str
-    files: list[JsonRecord]
+    files: list[JsonObject]
     epcontext_nodes: int
     remaining_ops: dict[str, int]
     graph_bytes: int
@@ -196,13 +196,13 @@ class CompileResult:
     inputs: list[Path]  # the source model and its external data files, as paths from the caller's cwd
     up_to_date: bool = False
     peak_rss_by_stage: dict[str, int] = field(default_factory=dict)  # compile (this process or the worker), check
-    prepare: JsonRecord | None = None  # what the prepare step did (PrepareSummary), None when it did not run
-    check: JsonRecord | None = None  # the pre-publish check's report (CheckReport.to_json)
-    parts: JsonRecord | None = None  # --partition: the budget and each part's outcome
+    prepare: JsonObject | None = None  # what the prepare step did (PrepareSummary), None when it did not run
+    check: JsonObject | None = None  # the pre-publish check's report (CheckReport.to_json)
+    parts: JsonObject | None = None  # --partition: the budget and each part's outcome
     compiled_ops: dict[str, int] = field(default_factory=dict)  # op type -> source nodes now inside EPContext nodes (the manifest's)
-    target: JsonRecord | None = None  # what the EP compiled for (the manifest's target record)
-    compatibility: JsonRecord | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
-    fallback: JsonRecord | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
+    target: JsonObject | None = None  # what the EP compiled for (the manifest's target record)
+    compatibility: JsonObject | None = None  # ONNX Runtime's verdict on the output here (eps.CompatibilityReport.to_json)
+    fallback: JsonObject | None = None  # --cpu-nodes / --fallback auto: what runs on the CPU EP, why, check before/after
 
     @property
     def model_path(self) -> Path:
@@ -219,7 +219,7 @@ class CompileResult:
             return sum(self.remaining_ops.values())
         return None
 
-    def to_json(self) -> JsonRecord:
+    def to_json(self) -> JsonObject:
         return {
             "source": str(self.source),
             "output_dir": str(self.output_dir),

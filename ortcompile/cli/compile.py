@@ -13,12 +13,13 @@ from ortcompile.cli.sections import SectionedCommand
 from ortcompile.cli.shaping import check_scheduling, configured, take_shaping
 from ortcompile.cli.tableopts import compile_table_options
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import Destination
 from ortcompile.native import set_ort_log_level
 from ortcompile.optiontable import CriterionSettings, option
 
 if TYPE_CHECKING:
-    from ortcompile.options import CompileResult, JsonRecord
+    from ortcompile.options import CompileResult
     from ortcompile.progress import Reporter
 
 
@@ -76,7 +77,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
     out.result({"outputs": documents}, [summary_line(r) for r in results])
 
 
-def _placement_detail(documents: list[JsonRecord], reporter: Reporter) -> None:
+def _placement_detail(documents: list[JsonObject], reporter: Reporter) -> None:
     """-v: per model, which EP runs which nodes (the pre-publish check's session) and what the EP refused."""
     from ortcompile.cli.render import compile_placement
 

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 from ortcompile.compile.graphpass import GraphSummary, StagedNames, write_graph
 from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed, output_error
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
-from ortcompile.options import GivenInputs, JsonRecord
+from ortcompile.options import GivenInputs
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import Manifest, Versions, file_entries
@@ -42,11 +43,11 @@ class ManifestPlan:
     """What the manifest records besides the files, the digest and the check: decided by the driver."""
 
     versions: Versions
-    options: JsonRecord
+    options: JsonObject
     source_ops: dict[str, int]  # the source's op counts: compiled ops = these minus the remaining ones
-    target: JsonRecord | None
-    parts: tuple[JsonRecord, ...] | None = None  # a stitched model's parts
-    cpu_nodes: JsonRecord | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
+    target: JsonObject | None
+    parts: tuple[JsonObject, ...] | None = None  # a stitched model's parts
+    cpu_nodes: JsonObject | None = None  # --cpu-nodes / --fallback (fallback.py); the check's worst SNR added here
 
 
 @dataclass(frozen=True)
@@ -75,8 +76,8 @@ class Built:
 
 @dataclass
 class CheckOutcome:
-    record: JsonRecord  # for the manifest (deterministic)
-    report: JsonRecord | None  # for the result (--json): everything measured
+    record: JsonObject  # for the manifest (deterministic)
+    report: JsonObject | None  # for the result (--json): everything measured
     seconds: float = 0.0
     peak_rss_bytes: int = 0
 
@@ -151,12 +152,12 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
                     prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
 
 
-def worst_snr(report: JsonRecord | None) -> float | None:
+def worst_snr(report: JsonObject | None) -> float | None:
     """The check's lowest output SNR (a --fallback record's figure after the nodes moved)."""
     return worst_snr_of((report or {}).get("outputs", []))
 
 
-def worst_snr_of(outputs: Iterable[JsonRecord]) -> float | None:
+def worst_snr_of(outputs: Iterable[JsonObject]) -> float | None:
     """The lowest SNR among compared outputs, to 0.1 dB (None when none has one)."""
     snrs = [o["snr_db"] for o in outputs if o.get("snr_db") is not None]
     return round(min(snrs), 1) if snrs else None
@@ -256,7 +257,7 @@ def write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> JsonRecord:
+def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> JsonObject:
     """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
     compiled = collections.Counter(source_ops)
     compiled.subtract(graph.remaining_ops)

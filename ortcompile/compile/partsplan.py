@@ -22,8 +22,9 @@ from typing import Any
 from ortcompile import eps
 from ortcompile.durable import write_new
 from ortcompile.errors import InvalidModel, UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import strip_onnx
-from ortcompile.options import CompileOptions, JsonRecord, PartitionOptions
+from ortcompile.options import CompileOptions, PartitionOptions
 from ortcompile.output.digest import InputDigest
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import is_plain_name
@@ -60,10 +61,10 @@ class PartsPlan:
     source: str  # the source model's file name
     source_path: str  # where it was, relative to the plan's directory (the check and --verify use it when it is still there)
     parts: list[str]  # part model file names, in graph order
-    specs: list[JsonRecord]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
+    specs: list[JsonObject]  # per part: nodes, inputs, outputs, weight bytes (partition.PartSpec.to_json)
     skeleton: str
     digest: InputDigest  # the source's (no files: --partition, whose digest is computed meanwhile)
-    options: JsonRecord  # the output-shaping options, as the manifest records them
+    options: JsonObject  # the output-shaping options, as the manifest records them
     source_ops: dict[str, int]
     dims: dict[str, int]  # the source's dims as pinned: the check feeds the source inputs of these shapes
     budget_bytes: int  # the weights a part may hold, as split applied it (auto resolved)
@@ -104,7 +105,7 @@ class PartsPlan:
         return dataclasses.replace(CompileOptions.from_record(self.options, **overrides), ep_options=ep_options)
 
 
-def write_plan(path: Path, document: JsonRecord, internal: bool = False) -> PartsPlan:
+def write_plan(path: Path, document: JsonObject, internal: bool = False) -> PartsPlan:
     """Write the plan file and return it as `PartsPlan.load` would read it (checked by the same reader; the file is
     for stitch in another process: the writer keeps what it wrote)."""
     written = {"format": PARTS_FORMAT, **document}
@@ -124,7 +125,7 @@ class _Invalid(Exception):
         self.field, self.problem = field, problem
 
 
-def _read(path: Path, document: JsonRecord, internal: bool) -> PartsPlan:
+def _read(path: Path, document: JsonObject, internal: bool) -> PartsPlan:
     for key in document:
         _need(key in FIELDS, str(key)[:40], "is not a field of a parts plan")
     for key in FIELDS:
@@ -147,7 +148,7 @@ def _read(path: Path, document: JsonRecord, internal: bool) -> PartsPlan:
                      _strings(document["compile_args"], "compile_args"))
 
 
-def _plan(value: Any, count: int) -> tuple[list[JsonRecord], int]:
+def _plan(value: Any, count: int) -> tuple[list[JsonObject], int]:
     """The cut: `count` parts of contiguous node ranges covering the graph, in order."""
     plan = _dict(value, "plan")
     _need(sorted(plan) == ["budget_bytes", "nodes", "parts"], "plan", "must hold budget_bytes, nodes and parts")
@@ -216,7 +217,7 @@ def _files(value: Any, where: str) -> tuple[InputFile, ...]:
     return tuple(files)
 
 
-def _options(value: Any) -> JsonRecord:
+def _options(value: Any) -> JsonObject:
     """The recorded options: each key of the type ortcompile records, and nothing it would not record."""
     options = _dict(value, "options")
     _need(_is_str(options.get("ep")) and options.get("ep"), "options.ep", "must be an EP name")
@@ -278,7 +279,7 @@ def _list(value: Any, field: str) -> list[Any]:
     return list(value)
 
 
-def _dict(value: Any, field: str) -> JsonRecord:
+def _dict(value: Any, field: str) -> JsonObject:
     _need(isinstance(value, dict), field, "must be an object")
     return dict(value)
 

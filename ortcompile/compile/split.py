@@ -28,10 +28,11 @@ from ortcompile.compile.partsplan import PartsPlan, is_part_file, part_name, pla
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.durable import write_new
 from ortcompile.errors import CompilationFailed, InvalidModel, UsageError, output_error
+from ortcompile.jsonedge import JsonObject
 from ortcompile.layout import DataLayout, LayoutPolicy
 from ortcompile.naming import strip_onnx
 from ortcompile.onnxfacts import iter_tensors, stored_nbytes
-from ortcompile.options import CompileOptions, GivenInputs, JsonRecord
+from ortcompile.options import CompileOptions, GivenInputs
 from ortcompile.optiontable import TABLE, Option, part_flagged
 from ortcompile.output.digest import InputDigest, digest_inputs, hash_file
 from ortcompile.output.manifest import InputFile
@@ -59,7 +60,7 @@ class SplitResult:
 
 
 def split_model(source: SourceModel, out_dir: Path, budget: int, pins: Pins, layout: LayoutPolicy, frozen: dict[str, int | float],
-                recorded: JsonRecord, link_sources: bool = False, given: GivenInputs | None = None,
+                recorded: JsonObject, link_sources: bool = False, given: GivenInputs | None = None,
                 cuts: Sequence[int] | None = None) -> SplitResult:
     """Write the parts of `source` into `out_dir` (which must exist and hold nothing of this model's yet), with the
     plan file `ortcompile stitch` reads; `recorded` goes into it (the options, the input digest, ...).
@@ -313,7 +314,7 @@ def _part_flag(entry: Option, value: Any) -> list[str]:
     return [entry.long_name, str(Path(value).absolute()) if entry.type == "file" else str(value)]
 
 
-def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> JsonRecord:
+def plan_record(plan: SourcePlan, digest: InputDigest | None, parts_dir: Path) -> JsonObject:
     """What the plan file records for `stitch`: the options that shape the output, the source's digest, its op counts
     (the manifest's compiled ops) and where it is (the check runs against it when it is still there). --partition
     records no digest (None): its own, computed meanwhile, goes into the manifest; the split must not wait for it."""

@@ -15,8 +15,9 @@ from pathlib import Path
 from ortcompile import eps
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputNames, OutputTarget
-from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, GivenInputs, JsonRecord, effective_check
+from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, GivenInputs, effective_check
 from ortcompile.optiontable import CriterionSettings
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
@@ -55,7 +56,7 @@ class _Planned:
         """--partition: the options each part is compiled with."""
         return part_options(self.options)
 
-    def recorded_options(self) -> JsonRecord:
+    def recorded_options(self) -> JsonObject:
         """The options that shape the output, as the manifest and the parts plan record them."""
         return self.options.recorded(self.ep.info.short_name, self.require_compiled, self.compiles)
 
