@@ -16,6 +16,7 @@ from ortcompile.optiontable import TABLE, CriterionSettings, Option
 EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
 # The two untyped shapes that cross the passes, named once with the reason they stay untyped:
+ALL_PLACEMENT_OPTIONS = ("cpu_nodes", "fallback")  # the options that keep nodes off the EP (compile/cpunodes.py, fallback.py)
 GivenInputs = dict[str, Any]  # input name -> readback.given.Given (--input/--inputs): a floor above, so named here, not imported
 CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
 AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
@@ -85,6 +86,12 @@ class CompileOptions:
         if self.ep_library and _names_cpu_ep(self.ep):
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
+
+    def placement_offers(self) -> tuple[str, ...]:
+        """The options a refusal may suggest to keep nodes off the EP: the ones __post_init__ accepts beside these."""
+        if self.share_weights:
+            return ()
+        return ("cpu_nodes",) if self.partition is not None else ALL_PLACEMENT_OPTIONS
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonObject:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no

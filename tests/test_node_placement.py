@@ -154,6 +154,17 @@ def test_a_cut_too_narrow_is_widened_over_rounds(two_logs: tuple[Path, Path], tm
     assert [r["cut"] for r in record["rounds"]] == [["log_tiny"], ["add_eps", "log_tiny"]] and record["requested"] == ["log_tiny"]
 
 
+def test_plain_partition_refusal_offers_only_what_partition_takes(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
+    """A refused check names only next steps the same command accepts: --partition takes --cpu-nodes but refuses
+    --fallback auto (a --share-weights batch takes neither; its check cannot run on the HTP simulator here)."""
+    model, tones = two_logs
+    parted = run_cli("compile", model, "-o", tmp_path / "parted", "--ep", "qnn", "--input", f"x={tones}", "--partition", "5000")
+    assert parted.returncode == 1, parted.stderr
+    error = next(line for line in parted.stderr.splitlines() if line.startswith("ortcompile: error:"))
+    assert "not published: output 'y' differs" in error and "next: --cpu-nodes NODES to keep the diverging nodes on the CPU EP" in error
+    assert "--fallback" not in error and not (tmp_path / "parted" / "two_logs_ctx.onnx").exists()
+
+
 def test_split_refuses_cpu_nodes_naming_what_works(two_logs: tuple[Path, Path], tmp_path: Path) -> None:
     """The parts plan cannot carry pins: split says so rather than dropping them."""
     model, _ = two_logs

@@ -228,7 +228,8 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
     clock = time.perf_counter()
     worker = workers.get()
     reporter.stage(f"checking {staged_model.name}: {'load and run' if mode == 'run' else 'load'} on {plan.ep_label}")
-    request_ = check.check_request(staged_model, source.absolute(), plan.request, mode, plan.precision, plan.dims, given, verify_criterion)
+    request_ = check.check_request(staged_model, source.absolute(), plan.request, mode, plan.precision, plan.dims, given, verify_criterion,
+                                   offers=plan.offers)
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     if not report.ok:
         detail = check.failure_detail(report)

@@ -71,6 +71,7 @@ class StitchJob:
     part_manifests: list[Manifest] = field(default_factory=list)
     source_missing: str = ""  # why `source` is None: the check loads only
     pinned: frozenset[str] = frozenset()  # op types kept off the EP on purpose (compile/nodecut.py): not the EP's refusal
+    offers: tuple[str, ...] = ()  # what a refused check may suggest to keep nodes off the EP (`stitch` takes none of them)
 
     @classmethod
     def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,
@@ -143,7 +144,8 @@ class StitchJob:
             mode = self._mode_within_memory(mode, self._output_bytes(staging_dir))
         # --input included: the parts never see it, the stitched model does
         return CheckPlan(mode, self.source or self.plan.path, ep_request(self.options), self.ep.info.short_name,
-                         ep_precision(self.ep, self.plan.source_ops), self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), None)
+                         ep_precision(self.ep, self.plan.source_ops), self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), None,
+                         offers=self.offers)
 
     def _output_bytes(self, staging_dir: Path) -> int:
         """What opening the output costs: its staged files (the EP's contexts are read whole; data is mapped)."""

@@ -17,7 +17,7 @@ from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputNames, OutputTarget
-from ortcompile.options import AUTO_RUN_LIMIT, CompileOptions, GivenInputs, effective_check
+from ortcompile.options import ALL_PLACEMENT_OPTIONS, AUTO_RUN_LIMIT, CompileOptions, GivenInputs, effective_check
 from ortcompile.optiontable import CriterionSettings
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
@@ -87,6 +87,7 @@ class CheckPlan:
     inputs: GivenInputs  # --input
     verify_criterion: CriterionSettings | None  # --verify's settings: the check judges by its criterion
     note: str | None = None  # said (-v) when the check starts: why it does less than asked
+    offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS  # what a refusal may suggest to keep nodes off the EP
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,8 @@ def _check_plan(planned: SourcePlan) -> CheckPlan:
         note = (f"check: load only: {format_size(source.weight_bytes)} of weights (--check auto runs up to "
                 f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
     return CheckPlan(mode, source.path, planned.request, planned.ep.info.short_name, planned.precision, planned.pins.named,
-                     dict(options.freeze), dict(options.inputs), options.verify_criterion if options.verify else None, note)
+                     dict(options.freeze), dict(options.inputs), options.verify_criterion if options.verify else None, note,
+                     options.placement_offers())
 
 
 def _verify_plan(planned: SourcePlan) -> VerifyPlan | None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from ortcompile.eps.request import EpRequest
 from ortcompile.jsonedge import JsonObject
-from ortcompile.options import CheckMode
+from ortcompile.options import ALL_PLACEMENT_OPTIONS, CheckMode
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.parity import ParityReport, ParityRequest, ParityRun
@@ -33,15 +33,17 @@ SMALL_SOURCE = 256 * 2**20  # bytes of model and data: below it the check also r
 
 
 def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, precision: str, dims: dict[str, int],
-                  given: dict[str, Given] | None = None, overrides: Mapping[str, Any] | None = None) -> ParityRequest:
-    """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them."""
+                  given: dict[str, Given] | None = None, overrides: Mapping[str, Any] | None = None,
+                  offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS) -> ParityRequest:
+    """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them;
+    `offers`: the placement options a refusal may suggest (CompileOptions.placement_offers)."""
     settings = dict(overrides or {})
     criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
     small = source_bytes(source) < SMALL_SOURCE
     # A small source's CPU reference runs beside the compiled model's runs (reference.py): both held at once is cheap
     return ParityRequest(model, source, ep, mode, criterion, dims, check_seeds(source), dict(given or {}), lean=True,
                          publish_anyway=overrides is None,  # with --verify, --check load would not publish it either
-                         concurrent_reference=small)
+                         concurrent_reference=small, offers=offers)
 
 
 def check_seeds(source: Path) -> tuple[int, ...]:

@@ -3,21 +3,18 @@ says how to go on — realistic inputs, publishing anyway, the table — so a re
 
 from __future__ import annotations
 
-import dataclasses
+from ortcompile.options import ALL_PLACEMENT_OPTIONS
 
-from ortcompile.options import CompileOptions
-
-# Options other parts of ortcompile may offer (issue 21): mentioned only when this build has them.
-_PLACEMENT_OPTIONS = (("cpu_nodes", "--cpu-nodes NODES to keep the diverging nodes on the CPU EP"),
-                      ("fallback", "--fallback auto to move diverging nodes to the CPU EP"))
+_PLACEMENT_STEPS = {"cpu_nodes": "--cpu-nodes NODES to keep the diverging nodes on the CPU EP",
+                    "fallback": "--fallback auto to move diverging nodes to the CPU EP"}
 
 
-def next_steps(purpose: str, first: str | None = None, can_pin: bool = True) -> str:
+def next_steps(purpose: str, first: str | None = None, can_pin: bool = True, offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS) -> str:
     """One clause for the end of a refusal ("check") or a failed verify ("verify"). `first`: a step that names the
     diverging nodes (compile/fallback.py, once it localized them), in place of the generic placement options;
-    `can_pin`: the EP can keep nodes off it (eps.catalog.CPU_PINNING_EPS), else those options are not offered."""
-    fields = {f.name for f in dataclasses.fields(CompileOptions)}
-    steps = [first] if first else [text for name, text in _PLACEMENT_OPTIONS if name in fields and can_pin]
+    `can_pin`: the EP can keep nodes off it (eps.catalog.CPU_PINNING_EPS), else those options are not offered;
+    `offers`: the placement options the failed command could take (CompileOptions.placement_offers)."""
+    steps = [first] if first else [_PLACEMENT_STEPS[name] for name in offers if can_pin]
     steps.append("--inputs DIR to judge on realistic inputs (NAME.npy per input, or one .npz per sample)")
     if purpose == "check":
         steps.append("--check load to publish without comparing")

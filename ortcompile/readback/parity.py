@@ -19,6 +19,7 @@ from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.jsonedge import JsonObject
+from ortcompile.options import ALL_PLACEMENT_OPTIONS
 from ortcompile.ortmarkers import likely_cause
 from ortcompile.progress import Reporter
 from ortcompile.readback.compare import OutputComparison
@@ -49,6 +50,7 @@ class ParityRequest:
     edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, padded ids)
     publish_anyway: bool = True  # a refusal of the check may suggest --check load (not under --verify)
     concurrent_reference: bool = False  # the source's CPU run beside the compiled model's (a small source: reference.py)
+    offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS  # the placement options a refusal may suggest (nextsteps.py)
 
     @property
     def config(self) -> dict[str, str]:
@@ -125,7 +127,8 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
                 report.seconds["source_on_ep"] = _load_seconds(request.source, ep, request.dims)
             _compare_with_source(request, feeds, outputs, report, reference)
             if not report.ok and report.failed_output and request.criterion is not None:
-                report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify", can_pin=ep.name in CPU_PINNING_EPS)
+                report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify", can_pin=ep.name in CPU_PINNING_EPS,
+                                         offers=request.offers)
     except (InvalidModel, UsageError):
         raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:
