@@ -362,11 +362,9 @@ def test_share_weights_verify_of_an_unloadable_shared_context_publishes_nothing(
     out = tmp_path / "out"
     proc = run_process("compile", MLP, SPLIT, "-o", out, "--ep", "qnn", "--share-weights", "--verify")  # a crash: see the top
     assert proc.returncode == 1, proc.stderr
-    fragmented, warning, *error = without_progress(proc.stderr)  # split.onnx leaves Mod and Sinh between QNN partitions;
+    fragmented, *error = without_progress(proc.stderr)  # split.onnx leaves Mod and Sinh between QNN partitions;
     assert fragmented.startswith("ortcompile: warning: split.onnx: the qnn graph is fragmented"), proc.stderr
-    # the pre-publish check says once that it cannot load them here
-    assert warning == ("ortcompile: warning: mlp_ctx.onnx, split_ctx.onnx: not checked before publishing: "
-                       "QNN's HTP simulator cannot load shared EP contexts on this machine"), proc.stderr
+    # the pre-publish check ran on each model compiled without sharing (compile/twins.py); --verify needs the real ones
     line = assert_one_line_error("\n".join(error), "shared EP context: cannot be loaded on this device")
     assert line.startswith(SHARED_CONTEXT_ERROR), line
     assert not out.exists()

@@ -107,17 +107,20 @@ def open_destination(target: OutputTarget, force: bool, inputs: list[Path], repo
 
 
 def finish(builds: list[Built], staging: Staging, workers: Workers, digests: list[Future[InputDigest]],
-           shared: set[str] | None = None, unchecked: str | None = None) -> list[Finished]:
+           shared: set[str] | None = None, unchecked: str | None = None, checked: list[CheckOutcome] | None = None) -> list[Finished]:
     """check -> manifest -> verify -> publish -> stamp, for one model or a whole batch (published together).
 
-    `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load)."""
+    `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load);
+    `checked`: their checks, made on something it can load instead (twins.py), one per build."""
     first = builds[0].plan
-    if unchecked and first.check.mode != "none":
+    if unchecked and first.check.mode != "none" and checked is None:
         warnings.warn(f"{', '.join(b.plan.target.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
     done = []
-    for built, digest in zip(builds, digests):
+    for index, (built, digest) in enumerate(zip(builds, digests)):
         plan = built.plan
-        if unchecked:
+        if checked is not None:
+            outcome = checked[index]
+        elif unchecked:
             outcome = CheckOutcome({"mode": "none", "passed": None, "reason": unchecked}, None)
         else:
             outcome = run_check(staging.path / plan.target.names.model, plan.check, workers, plan.reporter)
@@ -127,7 +130,7 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     for built, finished in zip(builds, done):  # every model of the batch, before anything is published
         if built.plan.verify is None:
             continue
-        verified = _verified_by_the_check(finished.check, built.plan)
+        verified = checked is None and _verified_by_the_check(finished.check, built.plan)  # a twin's check is not these files
         finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
     first.reporter.stage("publishing")

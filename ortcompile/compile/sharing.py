@@ -28,6 +28,7 @@ from ortcompile.compile.finish import Built, finish
 from ortcompile.compile.graphpass import StagedNames
 from ortcompile.compile.ortstep import NothingCompiled
 from ortcompile.compile.shareddata import SharedDataPass
+from ortcompile.compile.twins import checked_on_twins
 from ortcompile.errors import UsageError, output_error
 from ortcompile.layout import DataLayout
 from ortcompile.naming import Destination, strip_onnx
@@ -90,7 +91,8 @@ def _compile_planned(jobs: list[CompileJob]) -> list[CompileResult]:
         except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...
             raise output_error(exc, f"outputs in {output_dir}") from exc
         unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].plan.ep.name) if jobs[0].plan.compiles else None
-        finished = finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked)
+        checked = checked_on_twins(jobs, staging.path, unchecked) if unchecked else None
+        finished = finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked, checked=checked)
         return [job.result(built, done) for job, built, done in zip(jobs, builds, finished)]
 
 

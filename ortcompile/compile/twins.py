@@ -1,0 +1,65 @@
+"""The check of a `--share-weights` batch where this machine cannot load its shared EP context.
+
+QNN's HTP simulator on x86 cannot load a shared context, which is where such batches are usually built (a CI job
+cross-compiling for a phone): without this, the batch would be published with no check at all, and a model fp16
+computes wrong would go out with exit 0. Instead each model is compiled again on its own (no sharing: the same graph,
+the same EP and options, its own context, which the simulator loads) into the stage and checked as any compile is.
+The shared context holds the same graphs, compiled by the same EP; only the weights' storage differs. What was
+checked, and on what, is said in each manifest's `check` record (`on`).
+
+Only a check that runs the model (`run`) needs this: opening an unshared twin would prove nothing of the shared one,
+so a load-only check stays what it was, skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from pathlib import Path
+
+from ortcompile.compile.compilejob import CompileJob
+from ortcompile.compile.finish import CheckOutcome
+from ortcompile.compile.job import compile_model
+from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed
+from ortcompile.output.manifest import Manifest
+from ortcompile.progress import SilentReporter
+from ortcompile.readback.nextsteps import next_steps
+
+TWINS_DIR = "unshared"  # inside the stage: never published, removed with it
+ON_TWIN = "the model compiled without --share-weights: {reason}"
+NEXT = "; next: "  # where a refusal's next steps begin (readback/nextsteps.py)
+
+
+def checked_on_twins(jobs: list[CompileJob], staging_dir: Path, reason: str) -> list[CheckOutcome] | None:
+    """Each model's check, run on its unshared twin; None when no model's check runs it (load-only or none)."""
+    if not any(job.plan.check.mode == "run" for job in jobs):
+        return None
+    return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason) for index, job in enumerate(jobs)]
+
+
+def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
+    plan = job.plan
+    job.reporter.stage(f"checking {plan.source.path.name}: compiled without sharing ({reason})")
+    options = dataclasses.replace(plan.options, share_weights=False, output_name=None, force=True, verify=False, check=plan.check.mode)
+    try:
+        with warnings.catch_warnings():  # the batch's own compile said them already
+            warnings.simplefilter("ignore", OrtCompileWarning)
+            result = compile_model(plan.source.path, directory, options, SilentReporter())
+    except (CompilationFailed, VerificationFailed) as exc:
+        raise _refusal(exc, reason) from exc
+    manifest = Manifest.load(result.output_dir / plan.target.names.manifest)
+    record = {**(manifest.check or {}), "on": ON_TWIN.format(reason=reason)}
+    return CheckOutcome(record, result.check, seconds=sum(result.timings.get(k, 0.0) for k in ("compile", "check")))
+
+
+def _refusal(exc: CompilationFailed | VerificationFailed, reason: str) -> CompilationFailed | VerificationFailed:
+    """The twin's refusal, said of the batch, whose next steps differ: keeping nodes off the EP needs a compile
+    without --share-weights (the batch refuses --cpu-nodes and --fallback)."""
+    if NEXT not in exc.message:  # it did not load, or crashed: said as it is
+        return exc
+    failure = exc.message.split(NEXT, 1)[0]
+    step = (f"compile {exc.message.split(':', 1)[0]} without --share-weights and with --fallback auto (or --cpu-nodes NODE) "
+            "to keep the diverging nodes on the CPU EP")
+    error = type(exc)(f"{failure} (checked on {ON_TWIN.format(reason=reason)}){NEXT}{next_steps('check', first=step).removeprefix('next: ')}",
+                      detail=exc.detail)
+    return error
