@@ -169,7 +169,12 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     with warnings.catch_warnings():  # the cut parts compile to nothing on purpose; the stitched graph's fragmentation is judged
         warnings.filterwarnings("ignore", r".*compiled no nodes \(--allow-partial\)", OrtCompileWarning)
         warnings.filterwarnings("ignore", r".*\.part\d+\.onnx: the \S+ graph is fragmented", OrtCompileWarning)
-        results = compile_parts(split, compiled_dir, part_options(as_split), partition, compile_part, job.reporter)
+        try:
+            results = compile_parts(split, compiled_dir, part_options(as_split), partition, compile_part, job.reporter)
+        except CompilationFailed as exc:  # a part the EP cannot take as cut (e.g. a tensor between parts QNN finds dynamic)
+            if options.partition:
+                raise  # --partition cannot compile whole either
+            raise CannotCut(exc.message, exc.detail) from exc
     job.timings["compile"] = time.perf_counter() - clock
     stitch = PlacedStitch(split.parts_plan, compiled_dir, plan.target, options, plan.ep,
                           plan.source.path, job.reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=job.created_dirs,

@@ -57,10 +57,7 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
     reporter.detail(f"split into {len(split.parts)} part{'s' if len(split.parts) > 1 else ''} of at most {format_size(split.plan.budget)} of weights: "
                     + ", ".join(format_size(p.weight_bytes) for p in split.plan.parts))
     clock = time.perf_counter()
-    try:
-        results = compile_parts(split, compiled_dir, plan.part_options, options.partition, compile_one, reporter)
-    finally:
-        reset_cancel()
+    results = compile_parts(split, compiled_dir, plan.part_options, options.partition, compile_one, reporter)
     timings["compile"] = time.perf_counter() - clock
     return StitchJob(split.parts_plan, compiled_dir, plan.target, options, plan.ep, plan.source.path,
                      reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results,
@@ -69,31 +66,36 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: CompileOptions, partition: PartitionOptions,
                   compile_one: CompileOne, reporter: Reporter | None = None) -> list[CompileResult]:
-    """Compile every part with `compile_one`, several at once when `jobs` and the memory budget allow."""
+    """Compile every part with `compile_one`, several at once when `jobs` and the memory budget allow. A failed part
+    cancels the others (worker.cancel_all); the cancel is lifted once they have all stopped, so that later compiles
+    of this process (a fallback round, a batch's next model, a test) are not cancelled too."""
     reporter = reporter or SilentReporter()
     jobs = max(1, partition.jobs or os.cpu_count() or 1)
     memory = partition.memory_budget or int(0.9 * available_memory())
     pending = list(zip(split.plan.parts, split.parts))
     running: dict[Future[CompileResult], int] = {}
     results: dict[int, CompileResult] = {}
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="ortcompile-part") as pool:
-        try:
-            while pending or running:
-                while pending and len(running) < jobs and (not running or sum(running.values()) + estimate_peak(pending[0][0].weight_bytes) <= memory):
-                    part, name = pending.pop(0)
-                    reporter.stage(f"compiling part {part.index + 1}/{len(split.parts)} ({format_size(part.weight_bytes)} of weights)")
-                    future = pool.submit(compile_one, split.directory / name, compiled_dir, options)
-                    running[future] = estimate_peak(part.weight_bytes)
-                    future.part = (part.index, name)  # type: ignore[attr-defined]
-                done, _ = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
-                reporter.tick()
-                for future in done:
-                    running.pop(future)
-                    index, name = future.part  # type: ignore[attr-defined]
-                    results[index] = _result_of(future, name)
-        except BaseException:
-            cancel_all()  # the other parts' workers stop at once; their stage directories go with the whole stage
-            raise
+    try:
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="ortcompile-part") as pool:
+            try:
+                while pending or running:
+                    while pending and len(running) < jobs and (not running or sum(running.values()) + estimate_peak(pending[0][0].weight_bytes) <= memory):
+                        part, name = pending.pop(0)
+                        reporter.stage(f"compiling part {part.index + 1}/{len(split.parts)} ({format_size(part.weight_bytes)} of weights)")
+                        future = pool.submit(compile_one, split.directory / name, compiled_dir, options)
+                        running[future] = estimate_peak(part.weight_bytes)
+                        future.part = (part.index, name)  # type: ignore[attr-defined]
+                    done, _ = wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
+                    reporter.tick()
+                    for future in done:
+                        running.pop(future)
+                        index, name = future.part  # type: ignore[attr-defined]
+                        results[index] = _result_of(future, name)
+            except BaseException:
+                cancel_all()  # the other parts' workers stop at once; their stage directories go with the whole stage
+                raise
+    finally:
+        reset_cancel()  # the pool has waited for every part's thread by now
     return [results[i] for i in sorted(results)]
 
 
