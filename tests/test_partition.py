@@ -289,3 +289,15 @@ def test_the_check_never_takes_a_spare_worker_a_parts_thread_started() -> None:
     finally:
         release.set()
         worker.close()
+
+
+def test_a_cut_whose_part_fails_leaves_later_compiles_of_the_process_alone(tmp_path: Path) -> None:
+    """--cpu-nodes naming one MatMul of three cuts the graph; the tail's part fails to finalize, so the cut gives way
+    to moving every MatMul, which fails the same way (exit 1). The failed part's cancel must not outlive it: the next
+    compile in this process succeeds (it said 'cancelled while compiling' once)."""
+    model = _failing_tail_model(tmp_path / "tail.onnx")
+    failed = run_cli("compile", model, "-o", tmp_path / "out", "--ep", "qnn", "--cpu-nodes", "h0")
+    assert failed.returncode == 1, failed.stderr
+    assert "cannot cut the graph around h0" in failed.stderr and "Failed to finalize QNN graph" in failed.stderr
+    after = run_cli("compile", FIXTURES / "mlp.onnx", "-o", tmp_path / "after", "--ep", "qnn")
+    assert after.returncode == 0, after.stderr
