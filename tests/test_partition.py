@@ -301,3 +301,25 @@ def test_a_cut_whose_part_fails_leaves_later_compiles_of_the_process_alone(tmp_p
     assert "cannot cut the graph around h0" in failed.stderr and "Failed to finalize QNN graph" in failed.stderr
     after = run_cli("compile", FIXTURES / "mlp.onnx", "-o", tmp_path / "after", "--ep", "qnn")
     assert after.returncode == 0, after.stderr
+
+
+def test_a_part_whose_check_fails_is_refused_naming_the_node(tmp_path: Path) -> None:
+    """A part checked on its own (generated inputs) that fp16 gets wrong: Log(x*x + 1e-10) on inputs scaled by 1e-3
+    underflows on the HTP. The part's refusal names the node and a step --partition takes (it was an internal
+    AttributeError when no fp16 lint had read the part's graph)."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.array(1e-3, np.float32), "small"), numpy_helper.from_array(np.array(1e-10, np.float32), "eps"),
+             numpy_helper.from_array((rng.standard_normal((64, 16)) * 0.1).astype(np.float32), "W")]
+    nodes = [helper.make_node("Mul", ["x", "small"], ["s"], name="shrink"), helper.make_node("Mul", ["s", "s"], ["p"], name="square"),
+             helper.make_node("Add", ["p", "eps"], ["pe"], name="add_eps"), helper.make_node("Log", ["pe"], ["l"], name="log"),
+             helper.make_node("MatMul", ["l", "W"], ["y"], name="proj")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    onnx.save(model, str(tmp_path / "tiny.onnx"))
+    proc = run_cli("compile", tmp_path / "tiny.onnx", "-o", tmp_path / "out", "--ep", "qnn", "--partition", "1KB")
+    assert proc.returncode == 1, proc.stderr
+    line = assert_one_line_error(proc.stderr, "part tiny.part00.onnx: tiny.part00.onnx: not published: output 'l' differs")
+    assert "first diverging node: 'log'" in line and "--cpu-nodes log" in line and "Error:" not in line
+    assert not (tmp_path / "out").exists()

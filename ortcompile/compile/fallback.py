@@ -79,7 +79,9 @@ class FallbackState:
         """How `pins` leave the EP: whole op types, and nodes cut out while the graph can be cut."""
         if not pins:
             return Placement()
-        return placement_of(self.model, pins) if self.can_cut else Placement(pins.op_types)
+        if self.model is None or not self.can_cut:  # (no graph read: no --cpu-nodes, --fallback or fp16 lint asked for it)
+            return Placement(pins.op_types)
+        return placement_of(self.model, pins)
 
     def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""

@@ -31,16 +31,22 @@ NEXT = "; next: "  # where a refusal's next steps begin (readback/nextsteps.py)
 
 
 def checked_on_twins(jobs: list[CompileJob], staging_dir: Path, reason: str) -> list[CheckOutcome] | None:
-    """Each model's check, run on its unshared twin; None when no model's check runs it (load-only or none)."""
+    """Each model's check, run on its unshared twin; None when no model's check runs it (load-only or none). A model
+    of the batch whose check would only load it is left unchecked, said in a warning."""
     if not any(job.plan.check.mode == "run" for job in jobs):
         return None
-    return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason) for index, job in enumerate(jobs)]
+    skipped = [job.plan.target.names.model for job in jobs if job.plan.check.mode == "load"]
+    if skipped:
+        warnings.warn(f"{', '.join(skipped)}: not checked before publishing: {reason}", OrtCompileWarning, stacklevel=2)
+    return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason) if job.plan.check.mode == "run"
+            else CheckOutcome({"mode": "none", "passed": None, "reason": reason}, None) for index, job in enumerate(jobs)]
 
 
 def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
     plan = job.plan
     job.reporter.stage(f"checking {plan.source.path.name}: compiled without sharing ({reason})")
-    options = dataclasses.replace(plan.options, share_weights=False, output_name=None, force=True, verify=False, check=plan.check.mode)
+    options = dataclasses.replace(plan.options, share_weights=False, output_name=None, force=True, verify=False, check="run",
+                                  compatibility=False)  # (nobody reads the twin's fit to this machine's devices)
     try:
         with warnings.catch_warnings():  # the batch's own compile said them already
             warnings.simplefilter("ignore", OrtCompileWarning)
