@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,10 +124,9 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     """Split `plan`'s source around `placement.cut` (and by --partition's budget) into `staging_dir`, compile the parts
     (the cut ones with the EP taking nothing) and the StitchJob that joins them there. `job`: the CompileJob (reporter, timings, created dirs);
     `state`: the fallback's (fallback.py), whose record goes into the manifest and the result."""
-    import onnx
-
     options = plan.options
-    model = onnx.load_model(str(plan.source.path), load_external_data=False)
+    model = state.model  # the source's graph, read once by the fallback's start (cpunodes resolved the pins in it)
+    assert model is not None, "a cut needs pins, and pins are resolved in the graph"
     cuts, on_cpu = cut_points(model, placement)
     parts_dir, compiled_dir = staging_dir / PARTS_DIR, staging_dir / COMPILED_DIR
     parts_dir.mkdir()
@@ -178,11 +177,7 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     job.timings["compile"] = time.perf_counter() - clock
     stitch = PlacedStitch(split.parts_plan, compiled_dir, plan.target, options, plan.ep,
                           plan.source.path, job.reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=job.created_dirs,
-                          timings=job.timings, part_results=results, pinned=frozenset(whole | _types(model, placement.cut)))
+                          timings=job.timings, part_results=results, pinned=frozenset(whole | set(placement.cut_ops)))
     stitch.compile_plan, stitch.state = plan, state
     return stitch
 
-
-def _types(model: Any, nodes: Iterable[str]) -> set[str]:
-    wanted = set(nodes)
-    return {n.op_type for n in model.graph.node if node_label(n) in wanted}

@@ -52,9 +52,7 @@ def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> Par
     if budget <= 0:
         raise UsageError("the partition budget must be a positive size")
     graph = model.graph
-    initializers = {t.name for t in graph.initializer}
-    reads = [sorted(node_reads(n) - {""}) for n in graph.node]
-    node_weights = [{name for name in r if name in initializers} for r in reads]
+    initializers, reads, node_weights = _reads(graph)
     live = _live_counts(graph, reads, initializers)
     cuts, start, held = [], 0, set()
     for index, weights in enumerate(node_weights):
@@ -70,12 +68,17 @@ def plan_cuts(model: Any, weight_bytes: dict[str, int], cuts: Iterable[int], bud
     """`model`'s main graph cut before each node index in `cuts` (compile/nodecut.py: nodes kept off the EP become
     parts of their own); the budget recorded is `budget`, or the largest part's weights when that is smaller."""
     graph = model.graph
-    initializers = {t.name for t in graph.initializer}
-    reads = [sorted(node_reads(n) - {""}) for n in graph.node]
-    node_weights = [{name for name in r if name in initializers} for r in reads]
+    initializers, reads, node_weights = _reads(graph)
     cuts = sorted({c for c in cuts if 0 < c < len(graph.node)})
     plan = _plan_at(graph, cuts, 1, reads, node_weights, weight_bytes, initializers)
     return PartitionPlan(min(budget, max(1, *(p.weight_bytes for p in plan.parts))), plan.parts, plan.nodes)
+
+
+def _reads(graph: Any) -> tuple[set[str], list[list[str]], list[set[str]]]:
+    """The graph's initializer names, what each node reads, and which of those are initializers."""
+    initializers = {t.name for t in graph.initializer}
+    reads = [sorted(node_reads(n) - {""}) for n in graph.node]
+    return initializers, reads, [{name for name in r if name in initializers} for r in reads]
 
 
 def _plan_at(graph: Any, cuts: list[int], budget: int, reads: list[list[str]], node_weights: list[set[str]], weight_bytes: dict[str, int],
