@@ -160,6 +160,15 @@ def test_shared_package_agrees_with_the_unshared_one(unshared: Path, shared: Pat
     assert (shared / blob).stat().st_size < unshared_bytes
 
 
+def test_shared_package_ran_each_graph_before_publishing(shared: Path) -> None:
+    """The simulator cannot load the shared context, so each graph was compiled alone and run on its decoder inputs
+    (compile/twins.py), by the fp16 criterion: a shared package is never published unchecked."""
+    for name in ("prefill_ctx", "decode_ctx"):
+        check = json.loads((shared / f"{name}.manifest.json").read_text())["check"]
+        assert (check["mode"], check["passed"], check["criterion"]) == ("run", True, "parity (fp16 check)"), check
+        assert check["on"].startswith("the model compiled without --share-weights"), check
+
+
 def test_shared_log_names_the_shared_context_and_its_size(shared_run: tuple[Path, CliResult]) -> None:
     """QNN keeps the weights in its context, so no data file is left to share: -v says what is stored once (the
     blob both graphs name, with its size), not "0 bytes stored once"."""

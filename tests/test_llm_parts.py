@@ -97,6 +97,8 @@ def test_shared_partitioned_package_pairs_each_context_part_with_its_iterator_pa
             assert signature(graph(out / name)) == signature(graph(unshared_parts / name))
             (node,) = epcontext_nodes(graph(out / name))
             names.add({a.name: a for a in node.attribute}["ep_cache_context"].s.decode())
+            check = json.loads((out / name.replace(".onnx", ".manifest.json")).read_text())["check"]  # run on its unshared twin
+            assert (check["mode"], check["passed"], check["on"].split(":")[0]) == ("run", True, "the model compiled without --share-weights"), name
         (blob,) = names
         unshared = sum(len({a.name: a for a in epcontext_nodes(graph(unshared_parts / n))[0].attribute}["ep_cache_context"].s) for n in pair)
         assert (out / blob).stat().st_size < unshared

@@ -41,13 +41,15 @@ from ortcompile.worker import Workers
 
 SHARE_CONTEXTS = "ep.share_ep_contexts"
 STOP_SHARING = "ep.stop_share_ep_contexts"
-PINS = ("fix_dims", "fix_shapes")  # options the models of a batch may differ in: a batch's --fix-dim fits each model
+# Options the models of a batch may differ in: the pins (a batch's --fix-dim fits each model) and the inputs its
+# check runs on (an LLM's prefill and decode graphs take different ones); neither changes how the EP compiles.
+PER_MODEL = ("fix_dims", "fix_shapes", "inputs")
 
 
 def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | Destination,
                    options: CompileOptions | Callable[[Path], CompileOptions], reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile `sources` as one weight-sharing batch into `output_dir`, atomically. `options`: the same for every
-    model, or a function from a source to its options, which may differ only in their pins (PINS)."""
+    model, or a function from a source to its options, which may differ only in their pins and check inputs (PER_MODEL)."""
     reporter = reporter or SilentReporter()
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
@@ -71,10 +73,10 @@ def _batch_options(sources: list[Path], options: CompileOptions | Callable[[Path
     chosen = [options(source) if callable(options) else options for source in sources]
     first = chosen[0]
     for source, other in zip(sources[1:], chosen[1:]):
-        differing = [f.name for f in dataclasses.fields(CompileOptions) if f.name not in PINS and getattr(other, f.name) != getattr(first, f.name)]
+        differing = [f.name for f in dataclasses.fields(CompileOptions) if f.name not in PER_MODEL and getattr(other, f.name) != getattr(first, f.name)]
         if differing:
             raise UsageError(f"--share-weights compiles the batch with one set of options, but {source} gets other settings than "
-                             f"{sources[0]} ({', '.join(differing)}); only the pins (fix-dim, fix-shape) may differ")
+                             f"{sources[0]} ({', '.join(differing)}); only the pins (fix-dim, fix-shape) and the check's inputs may differ")
     return [dataclasses.replace(o, embed="never", share_weights=True) for o in chosen]
 
 
