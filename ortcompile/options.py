@@ -71,6 +71,9 @@ class CompileOptions:
     cpu_nodes: tuple[str, ...] = ()  # --cpu-nodes: node names, op:TYPE or globs kept off the EP, on the CPU EP (compile/cpunodes.py)
     lint: bool = True  # fp16 lint before an fp16 EP's compile (off for the parts of --partition: the whole model was linted)
     fallback: str = "off"  # --fallback auto: move the nodes the check finds diverging to the CPU EP and retry (compile/fallback.py)
+    # The placement options a refusal may suggest when the command the user ran is not this compile (a part of
+    # --partition, a graph of `ortcompile llm`); None: the ones these options take (placement_offers).
+    offers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.check not in (*CHECK_MODES, "auto"):
@@ -89,6 +92,8 @@ class CompileOptions:
 
     def placement_offers(self) -> tuple[str, ...]:
         """The options a refusal may suggest to keep nodes off the EP: the ones __post_init__ accepts beside these."""
+        if self.offers is not None:
+            return self.offers
         if self.share_weights:
             return ()
         return ("cpu_nodes",) if self.partition is not None else ALL_PLACEMENT_OPTIONS

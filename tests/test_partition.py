@@ -322,4 +322,5 @@ def test_a_part_whose_check_fails_is_refused_naming_the_node(tmp_path: Path) -> 
     assert proc.returncode == 1, proc.stderr
     line = assert_one_line_error(proc.stderr, "part tiny.part00.onnx: tiny.part00.onnx: not published: output 'l' differs")
     assert "first diverging node: 'log'" in line and "--cpu-nodes log" in line and "Error:" not in line
+    assert "--fallback auto" not in line  # (refused with --partition)
     assert not (tmp_path / "out").exists()

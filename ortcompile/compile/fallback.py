@@ -259,17 +259,17 @@ def refusal(exc: CompilationFailed | VerificationFailed, divergence: Divergence,
     nodes = [n for n in more.nodes if n not in state.pins.nodes] or [r.node for r in divergence.first]
     if divergence.first and all(r.ep == CPU_EP for r in divergence.first):
         where += " (on the CPU EP already: what it reads comes wrong from the EP)"
-    can_pin = job.plan.ep.name in CPU_PINNING_EPS
+    can_pin, offers = job.plan.ep.name in CPU_PINNING_EPS, job.plan.check.offers
     if not can_pin:
         step = None  # this EP cannot keep nodes off it: --cpu-nodes / --fallback would be refused
     elif job.plan.options.fallback == "auto":
         tried = state.how.describe() if state.pins else "nothing"
         step = f"--fallback auto moved {tried} to the CPU EP in {len(state.rounds) - 1} round(s) and found nothing more to move"
     else:
-        step = placement_step(nodes)
+        step = placement_step(nodes, offers=offers)
     report = exc.parity_report  # type: ignore[attr-defined]  # run_rounds only refuses a failed comparison
     failure = exc.message.removesuffix(f"; {report.hint}") if report.hint else exc.message
     purpose = "verify" if isinstance(exc, VerificationFailed) else "check"  # --verify's verdict: --check load would not help
-    error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step, can_pin=can_pin)}", detail=exc.detail)
+    error = type(exc)(f"{failure}; {where}; {next_steps(purpose, first=step, can_pin=can_pin, offers=offers)}", detail=exc.detail)
     error.json_detail = {"fallback": state.to_result(None)}  # type: ignore[attr-defined]  # --json: the node-by-node tables
     return error

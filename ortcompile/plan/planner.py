@@ -195,7 +195,7 @@ def part_options(options: CompileOptions) -> CompileOptions:
     on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
                                force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None, compatibility=False, lint=False)
+                               output_name=None, compatibility=False, lint=False, offers=options.placement_offers())
 
 
 def ep_request(options: CompileOptions) -> EpRequest:

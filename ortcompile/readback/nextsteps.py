@@ -22,11 +22,13 @@ def next_steps(purpose: str, first: str | None = None, can_pin: bool = True, off
     return "next: " + "; ".join(steps)
 
 
-def placement_step(nodes: list[str], command: str = "") -> str:
-    """The step that keeps the diverging NODES off the EP: `--fallback auto`, or `--cpu-nodes` naming them
-    (COMMAND: "compile with " when the options belong to another command than the one that failed)."""
+def placement_step(nodes: list[str], command: str = "", offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS) -> str | None:
+    """The step that keeps the diverging NODES off the EP: `--fallback auto`, or `--cpu-nodes` naming them, as far
+    as `offers` (the failed command's placement options) has them; None when it has neither (COMMAND: "compile with "
+    when the options belong to another command than the one that failed)."""
+    pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4]) if "cpu_nodes" in offers else ""
+    if "fallback" not in offers:
+        return f"{command}{pins} to keep {'it' if len(nodes) == 1 else 'them'} on the CPU EP" if nodes and pins else None
     if not nodes:
         return f"{command}--fallback auto to try moving the fp16-fragile nodes to the CPU EP"
-    pins = " ".join(f"--cpu-nodes {n}" for n in nodes[:4])
-    return f"{command}--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP, or {pins}"
-
+    return f"{command}--fallback auto to move {'it' if len(nodes) == 1 else 'them'} to the CPU EP" + (f", or {pins}" if pins else "")
