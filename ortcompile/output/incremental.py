@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import time
@@ -28,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile import eps
 from ortcompile.durable import replace_file
-from ortcompile.eps.discovery import library_info
+from ortcompile.eps.discovery import choose_ep
 from ortcompile.errors import OutputError
 from ortcompile.naming import OutputTarget
 from ortcompile.native import peak_rss_bytes
@@ -96,19 +94,6 @@ def _load_json(path: Path) -> dict[str, Any]:
     return loaded if isinstance(loaded, dict) else {}
 
 
-def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
-    """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
-    if options.ep_library:
-        return library_info(options.ep, options.ep_library)
-    if options.ep.strip().lower() != "auto":
-        return eps.lookup(options.ep)
-    for short in eps.AUTO_ORDER:
-        info = eps.KNOWN_EPS[short]
-        if info.module is None or importlib.util.find_spec(info.module) is not None:
-            return info
-    return None
-
-
 def _installed_version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
@@ -138,7 +123,7 @@ def published_if_current(source: Path, target: OutputTarget, options: CompileOpt
 
 
 def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, manifest: Manifest) -> str:
-    info = expected_ep(options)
+    info = choose_ep(options.ep, options.ep_library).expected()  # without loading onnxruntime (None: cannot tell cheaply)
     if info is None or manifest.ep != info.short_name:
         return "the execution provider differs"
     require = info.compiles if options.require_compiled is None else options.require_compiled
