@@ -209,7 +209,7 @@ class CompileJob:
             peak_rss_by_stage=dict(self.peaks),
             prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
             check=check.report,
-            compiled_ops=manifest.nodes.get("compiled_ops", {}),
+            compiled_ops=manifest.nodes.compiled_ops or {},
             target=manifest.target,
             compatibility=compatibility,
             fallback=self.fallback.to_result(check.report) if self.fallback else None,

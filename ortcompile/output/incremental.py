@@ -130,7 +130,7 @@ def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, mani
     if manifest.options != options.recorded(info.short_name, require, info.compiles):
         return "options differ"
     wanted = effective_check(options.check, sum(f.size for f in manifest.input_files))
-    if _check_strength(manifest.check) < CHECK_MODES.index(wanted):
+    if (manifest.check.strength if manifest.check else 0) < CHECK_MODES.index(wanted):  # (none recorded: proved nothing)
         return f"the output was published with a weaker check than --check {options.check}"
     versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
     if manifest.versions != versions:
@@ -140,13 +140,6 @@ def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, mani
         if not published.is_file() or published.stat().st_size != entry.size:
             return f"output {entry.name} is missing or changed size"
     return _inputs_changed(source, target, manifest)
-
-
-def _check_strength(check: dict[str, Any] | None) -> int:
-    """How much the recorded pre-publish check proved (an output from before checks existed proved nothing)."""
-    if not check or not check.get("passed"):
-        return 0
-    return CHECK_MODES.index(check["mode"]) if check.get("mode") in CHECK_MODES else 0
 
 
 def _inputs_changed(source: Path, target: OutputTarget, manifest: Manifest) -> str:
@@ -211,9 +204,9 @@ def _up_to_date_result(source: Path, target: OutputTarget, manifest: Manifest, s
     return CompileResult(
         source=source, output_dir=target.directory, model=manifest.model, ep=manifest.versions.ep_name,
         ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
-        epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
-        graph_bytes=(target.directory / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
-        inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
+        epcontext_nodes=manifest.nodes.epcontext, remaining_ops=manifest.nodes.remaining_ops,
+        graph_bytes=(target.directory / manifest.model).stat().st_size, external_initializers=manifest.initializers.external,
+        inline_initializers=manifest.initializers.inline, timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
         inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
-        compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
+        compiled_ops=manifest.nodes.compiled_ops or {}, target=manifest.target,
     )
