@@ -25,11 +25,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ortcompile.durable import replace_file
 from ortcompile.eps.discovery import choose_ep
 from ortcompile.errors import OutputError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
@@ -76,7 +76,7 @@ def write_stamp(target: OutputTarget, source: Path, digest: InputDigest) -> None
         pass
 
 
-def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
+def _cached_sha256(stamp: JsonObject, name: str, path: Path) -> str | None:
     for entry in stamp.get("files", []):
         if entry.get("name") != name:
             continue
@@ -86,7 +86,7 @@ def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
     return None
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def _load_json(path: Path) -> JsonObject:
     try:
         loaded = json.loads(path.read_text())
     except (OSError, ValueError):
