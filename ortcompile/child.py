@@ -19,6 +19,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from ortcompile.jsonedge import JsonObject
+
 _PR_SET_PDEATHSIG = 1
 # glibc (>= 2.35) maps what malloc takes from the kernel with transparent huge pages when asked: an EP's compile
 # allocates and fills gigabytes of buffers, and with 4 KiB pages the kernel's page faults and zeroing cost as much
@@ -72,7 +74,7 @@ def stop(child: subprocess.Popen[Any]) -> None:
 class ChildRun:
     """How a one-shot child ended: its answer (the last marked JSON line on stdout), or how it died without one."""
 
-    answer: dict[str, Any] | None
+    answer: JsonObject | None
     crash: str | None  # "SIGSEGV", "exit code 3", "no answer within 600 s"; None when it answered
     stderr: str
     returncode: int | None  # None: it was killed for the timeout
@@ -82,7 +84,7 @@ class ChildRun:
         return self.returncode is not None and self.returncode < 0
 
 
-def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float) -> ChildRun:
+def run_child(main: str, spec: JsonObject, mark: str, timeout: float) -> ChildRun:
     """Run `main` ("package.module:function") in a fresh interpreter with `spec` as JSON in argv[1]: a crash in native
     code there ends the child, never ortcompile. The child answers with `answer_parent(mark, ...)`."""
     child = launch(main, json.dumps(spec), capture=True)
@@ -99,7 +101,7 @@ def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float) -> Chi
     return ChildRun(json.loads(answers[-1]), None, stderr, child.returncode)
 
 
-def answer_parent(mark: str, answer: dict[str, Any]) -> NoReturn:
+def answer_parent(mark: str, answer: JsonObject) -> NoReturn:
     """The child side of run_child: one marked JSON line on stdout, then leave without EP teardown (some plugins
     abort in their static destructors)."""
     sys.stdout.write(mark + json.dumps(answer) + "\n")

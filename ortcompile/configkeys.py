@@ -108,7 +108,7 @@ def _option_value(value: Any, where: str, base: Path) -> str:
 
 
 def _table(check: Check) -> Check:
-    def check_table(value: Any, where: str, base: Path) -> dict[str, Any]:
+    def check_table(value: Any, where: str, base: Path) -> dict[str, Any]:  # key -> the value `check` made of it, of its type
         if not isinstance(value, dict):
             raise bad_value(where, f"expected a table such as {{ name = ... }}, not {value!r}")
         return {key: check(item, f"{where}.{toml_key(key)}", base) for key, item in value.items()}
@@ -151,7 +151,7 @@ TABLES = tuple(o.setting for o in configured() if o.config is not None and o.con
 EP_BOUND = tuple(o.setting for o in configured() if o.ep_bound)  # meaningful only for the EP they were chosen with
 
 
-def library_keys(values: dict[str, Any]) -> list[str]:
+def library_keys(values: dict[str, Any]) -> list[str]:  # values: config.Settings (checked settings), named a floor above
     """The keys of checked settings (parameter names, as KEYS gives them) that make ortcompile load a shared library,
     as the file spells them: `ep-library`, and `ep-option.KEY` for a provider option that names one."""
     keys = ["ep-library"] if values.get("ep_library") else []

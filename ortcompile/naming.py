@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,29 +113,28 @@ class OutputTarget:
 
 @dataclass(frozen=True)
 class Destination:
-    """`-o` as given, read once: the output directory, and the compiled model's file name when `-o` names one."""
+    """Where a batch of compiled models goes, read once from `-o` for the models given: the output directory, the
+    compiled model's file name when `-o` names one, and each model's OutputTarget, in the models' order. The drivers
+    receive this record and read each model's target from it; nothing after it reads `-o` again."""
 
     directory: Path
-    model_name: str | None = None  # -o DIR/FILE.onnx (None: each model is named `<stem>_ctx.onnx`)
+    model_name: str | None  # -o DIR/FILE.onnx (None: each model is named `<stem>_ctx.onnx`)
+    targets: tuple[OutputTarget, ...]
 
     @classmethod
-    def parse(cls, output: str | os.PathLike[str]) -> Destination:
-        """`-o`: a path ending in `.onnx` that is not a directory names the compiled model (its files go beside it);
-        anything else is the output directory."""
+    def parse(cls, output: str | os.PathLike[str], sources: Sequence[str | os.PathLike[str]]) -> Destination:
+        """`-o` as typed: a path ending in `.onnx` that is not a directory names the compiled model (its files go
+        beside it); anything else is the output directory."""
         path = Path(output)
         if path.name.lower().endswith(MODEL_SUFFIX) and not path.is_dir() and len(path.name) > len(MODEL_SUFFIX):
-            return cls(path.parent, path.name)
-        return cls(path)
+            return cls.of(path.parent, sources, path.name)
+        return cls.of(path, sources)
 
     @classmethod
-    def of(cls, output: str | os.PathLike[str] | Destination, model_name: str | None = None) -> Destination:
-        """`-o` as the library is given it: a Destination (the CLI's, read once), or a directory and the model's
-        file name (CompileOptions.output_name)."""
-        return output if isinstance(output, Destination) else cls(Path(output), model_name)
-
-    def target(self, source: str | os.PathLike[str]) -> OutputTarget:
-        """The place of `source`'s compiled model."""
-        return OutputTarget(self.directory, OutputNames.for_compile(source, self.model_name))
+    def of(cls, directory: str | os.PathLike[str], sources: Sequence[str | os.PathLike[str]], model_name: str | None = None) -> Destination:
+        """`-o` as the library is given it: a directory, and the compiled model's file name (CompileOptions.output_name)."""
+        directory = Path(directory)
+        return cls(directory, model_name, tuple(OutputTarget(directory, OutputNames.for_compile(s, model_name)) for s in sources))
 
 
 def manifest_path_for(model_path: Path) -> Path:

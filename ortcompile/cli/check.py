@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.errors import VerificationFailed
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import set_ort_log_level
 
 
@@ -33,7 +32,7 @@ def command(model: str) -> None:
         raise VerificationFailed(f"{model}: {report.verdict} on this machine: {'; '.join(e.reason for e in report.eps) or 'no EPContext node'}")
 
 
-def describe_decoded(decoded: dict[str, Any]) -> str:
+def describe_decoded(decoded: JsonObject) -> str:
     """QNN's `v2:` or OpenVINO's compatibility string, as a reader wants it."""
     targets = ", ".join(decoded.get("targets") or [])
     details = ", ".join(f"{k} {decoded[k]}" for k in ("soc_model", "htp_arch", "qnn_sdk", "device", "version") if decoded.get(k))

@@ -48,7 +48,7 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
 
     out = current()
     set_ort_log_level(out.verbose)
-    destination = Destination.parse(output_dir)  # -o, read once: the drivers receive this record, never -o again
+    destination = Destination.parse(output_dir, models)  # -o, read once: the drivers receive each model's target, never -o again
     if destination.model_name and (share_weights or len(models) > 1):
         raise UsageError(f"-o {output_dir} names one compiled model; give a directory (-o DIR/) for a batch")
     settings, config = configured(list(models), take_shaping(rest))
@@ -58,15 +58,15 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
                   require_full=require_full)
     options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
     if share_weights:
-        from ortcompile.compile.sharing import compile_shared
+        from ortcompile.compile.sharing import compile_shared_to
 
         if if_changed:
             raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared([Path(m) for m in models], destination, lambda model: options[str(model)], out.reporter())
+        results = compile_shared_to([Path(m) for m in models], destination, lambda model: options[str(model)], out.reporter())
     else:
-        from ortcompile.compile.job import compile_models
+        from ortcompile.compile.job import compile_models_to
 
-        results = compile_models(list(models), destination, lambda model: options[str(model)], out.reporter())
+        results = compile_models_to(models, destination, [options[m] for m in models], out.reporter())
     if depfile:
         from ortcompile.output.incremental import depfile_rule, write_depfile
 

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import click
 
 from ortcompile.cli.output import current, output_options
 from ortcompile.cli.params import PartitionSize, pairs
 from ortcompile.cli.tableopts import table_option
+from ortcompile.jsonedge import JsonObject
 
 
 @click.command("llm", short_help="Compile an onnxruntime-genai decoder folder into a prefill/decode package genai runs on the NPU.")
@@ -42,7 +41,7 @@ def command(folder: str, output_dir: str, context_length: int, prefill_length: i
     out.result(package.to_json(), _summary(package.to_json()))
 
 
-def _summary(document: dict[str, Any]) -> list[str]:
+def _summary(document: JsonObject) -> list[str]:
     if document["up_to_date"]:
         return [f"{document['output_dir']}: up to date"]
     size = sum(f["size"] for f in document["files"])

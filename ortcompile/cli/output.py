@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from ortcompile.errors import InternalError, OrtCompileError, OrtCompileWarning
+from ortcompile.jsonedge import JsonObject
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = InternalError.exit_code
@@ -60,7 +61,7 @@ class Output:
         click.echo(f"ortcompile: warning: {message}", err=True)
 
     def error(self, message: str, code: int, detail: str | None = None, kind: str = "OrtCompileError", prefix: str = "error: ",
-              extra: dict[str, Any] | None = None) -> int:
+              extra: JsonObject | None = None) -> int:
         """One line on stderr (detail under -v); with --json also a JSON object on stdout. Returns the exit code.
         `kind`: the error's class name, for scripts reading the JSON; `extra`: more JSON (a refusal's divergence table)."""
         if self.debug:

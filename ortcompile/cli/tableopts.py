@@ -56,7 +56,7 @@ def click_type(entry: Option) -> Any:
 
 def click_option(entry: Option) -> Callable[[Any], Any]:
     """The click.option decorator of one table entry."""
-    settings: dict[str, Any] = {"help": entry.help}
+    settings: dict[str, Any] = {"help": entry.help}  # click.option's keyword arguments, each of its own type
     kind_type = click_type(entry)
     if kind_type is not None:
         settings["type"] = kind_type

@@ -29,6 +29,7 @@ from ortcompile.compile.parts import partitioned_stitch
 from ortcompile.eps.compat import check_compatibility
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, output_error
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.native import native_output_shown, peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
@@ -209,13 +210,13 @@ class CompileJob:
             peak_rss_by_stage=dict(self.peaks),
             prepare=dataclasses.asdict(built.step.prepare) if built.step.prepare is not None else None,
             check=check.report,
-            compiled_ops=manifest.nodes.get("compiled_ops", {}),
+            compiled_ops=manifest.nodes.compiled_ops or {},
             target=manifest.target,
             compatibility=compatibility,
             fallback=self.fallback.to_result(check.report) if self.fallback else None,
         )
 
-    def compatibility(self) -> dict[str, Any] | None:
+    def compatibility(self) -> JsonObject | None:
         """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
         that compiled). None unless asked (options.compatibility: the CLI's --json), and for a library given with
         --ep-library, which the child cannot find by name."""

@@ -28,6 +28,7 @@ from ortcompile.compile.epfixes import PINS_FILE
 from ortcompile.eps.catalog import CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.onnxfacts import EPCONTEXT
 from ortcompile.readback.lint import node_label
 
@@ -94,7 +95,7 @@ def pinned_request(request: EpRequest, pins: CpuPins, staging_dir: Path) -> EpRe
     return replace(request, options={**request.options, AFFINITY_OPTION: str(path.absolute())})
 
 
-def cpu_placement(model_path: Path) -> dict[str, Any]:
+def cpu_placement(model_path: Path) -> JsonObject:
     """What the compiled graph runs on the CPU EP: its nodes outside EPContext nodes, and in how many runs
     (partitions) between the EP's subgraphs, in graph order."""
     import onnx

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.onnxfacts import attribute, iter_graphs
 
 MS_DOMAIN = "com.microsoft"
@@ -51,8 +52,8 @@ class FixReport:
     enabled: dict[str, str] = field(default_factory=dict)  # op type -> backend, turned on by provider option
     provider_options: dict[str, str] = field(default_factory=dict)
 
-    def to_record(self) -> list[dict[str, Any]]:
-        records: list[dict[str, Any]] = [{"fix": "decompose", "op_type": op, "nodes": n} for op, n in sorted(self.decomposed.items())]
+    def to_record(self) -> list[JsonObject]:
+        records: list[JsonObject] = [{"fix": "decompose", "op_type": op, "nodes": n} for op, n in sorted(self.decomposed.items())]
         records += [{"fix": "provider_option", "option": AFFINITY_OPTION, "op_type": op, "backend": b} for op, b in sorted(self.enabled.items())]
         return records
 

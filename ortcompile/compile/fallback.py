@@ -30,6 +30,7 @@ from ortcompile.compile.nodecut import CannotCut, CompileOne, PlacedStitch, Plac
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
+from ortcompile.jsonedge import JsonObject
 from ortcompile.options import CompileResult
 from ortcompile.output.digest import InputDigest
 from ortcompile.output.publish import Staging
@@ -69,8 +70,8 @@ class FallbackState:
 
     pins: CpuPins
     findings: list[Finding] = field(default_factory=list)
-    rounds: list[dict[str, Any]] = field(default_factory=list)  # one per failed check: the pins, worst SNR, divergence
-    placement: dict[str, Any] = field(default_factory=dict)  # the published graph's CPU nodes and partitions
+    rounds: list[JsonObject] = field(default_factory=list)  # (rows of the manifest's cpu_nodes record) one per failed check: the pins, worst SNR, divergence
+    placement: JsonObject = field(default_factory=dict)  # (cpunodes.cpu_placement's) the published graph's CPU nodes and partitions
     how: Placement = field(default_factory=Placement)  # this round's: op types refused whole, nodes cut out (nodecut.py)
     model: Any = None  # the source's graph (no weights): what the pins are placed in
     can_cut: bool = True  # False once the graph could not be cut (nodecut.CannotCut): whole op types from then on
@@ -83,7 +84,7 @@ class FallbackState:
             return Placement(pins.op_types)
         return placement_of(self.model, pins)
 
-    def record(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
+    def record(self, check_report: JsonObject | None) -> JsonObject | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
         if not self.pins and not self.rounds:
             return None
@@ -93,14 +94,14 @@ class FallbackState:
                 "worst_snr_db_before": self.rounds[0]["worst_snr_db"] if self.rounds else None,
                 "worst_snr_db_after": worst_snr(check_report)}
 
-    def to_result(self, check_report: dict[str, Any] | None) -> dict[str, Any] | None:
+    def to_result(self, check_report: JsonObject | None) -> JsonObject | None:
         """For the result (--json): the record, its one-line summary and each round's node-by-node table."""
         record = self.record(check_report)
         if record is None:
             return None
         return {**record, "summary": self.summary(check_report), "divergence": [r["divergence"] for r in self.rounds]}
 
-    def summary(self, check_report: dict[str, Any] | None) -> str:
+    def summary(self, check_report: JsonObject | None) -> str:
         """One line for the summary: what runs on the CPU EP and why."""
         record = self.record(check_report) or {}
         if not record:

@@ -26,7 +26,7 @@ from ortcompile.naming import OutputTarget
 from ortcompile.options import GivenInputs
 from ortcompile.output.digest import InputDigest, WrittenFile
 from ortcompile.output.incremental import write_stamp
-from ortcompile.output.manifest import Manifest, Versions, file_entries
+from ortcompile.output.manifest import CheckRecord, InitializerCounts, Manifest, NodeCounts, Versions, file_entries
 from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
 from ortcompile.plan.planner import CheckPlan, VerifyPlan
 from ortcompile.progress import Reporter
@@ -76,7 +76,7 @@ class Built:
 
 @dataclass
 class CheckOutcome:
-    record: JsonObject  # for the manifest (deterministic)
+    record: CheckRecord  # for the manifest (deterministic)
     report: JsonObject | None  # for the result (--json): everything measured
     seconds: float = 0.0
     peak_rss_bytes: int = 0
@@ -121,7 +121,7 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
         if checked is not None:
             outcome = checked[index]
         elif unchecked:
-            outcome = CheckOutcome({"mode": "none", "passed": None, "reason": unchecked}, None)
+            outcome = CheckOutcome(CheckRecord("none", None, reason=unchecked), None)
         else:
             outcome = run_check(staging.path / plan.target.names.model, plan.check, workers, plan.reporter)
         manifest = manifest_for(built, digest.result(), outcome, shared)
@@ -151,7 +151,7 @@ def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared:
     return Manifest(model=built.plan.target.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
                     input_files=digest.input_files, versions=record.versions, options=record.options,
                     nodes=node_counts(record.source_ops, built.graph),
-                    initializers={"external": built.step.external_count, "inline": built.step.inline_count},
+                    initializers=InitializerCounts(built.step.external_count, built.step.inline_count),
                     prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
 
 
@@ -226,7 +226,7 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
         reporter.detail(plan.note)
     mode, source, verify_criterion = plan.mode, plan.source, plan.verify_criterion
     if mode == "none":
-        return CheckOutcome({"mode": "none", "passed": None}, None)
+        return CheckOutcome(CheckRecord("none", None), None)
     given = given_inputs(plan.freeze, plan.inputs)
     clock = time.perf_counter()
     worker = workers.get()
@@ -261,15 +261,11 @@ def write_staged(path: Path, content: bytes) -> None:
         raise output_error(exc, path.name) from exc
 
 
-def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> JsonObject:
+def node_counts(source_ops: dict[str, int], graph: GraphSummary) -> NodeCounts:
     """EPContext nodes hide which ops they replaced: record it as source ops minus remaining ops."""
     compiled = collections.Counter(source_ops)
     compiled.subtract(graph.remaining_ops)
-    return {
-        "epcontext": graph.epcontext_nodes,
-        "compiled_ops": {op: n for op, n in sorted(compiled.items()) if n > 0},
-        "remaining_ops": graph.remaining_ops,
-    }
+    return NodeCounts(graph.epcontext_nodes, {op: n for op, n in sorted(compiled.items()) if n > 0}, graph.remaining_ops)
 
 
 def versions(ep: eps.ResolvedEp) -> Versions:

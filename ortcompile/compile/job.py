@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ortcompile.errors import OrtCompileError, UsageError
@@ -27,13 +27,14 @@ from ortcompile.progress import Reporter, SilentReporter
 
 def compile_model(
     source_path: str | os.PathLike[str],
-    output_dir: str | os.PathLike[str] | Destination,
+    output_dir: str | os.PathLike[str],
     options: CompileOptions | None = None,
     reporter: Reporter | None = None,
 ) -> CompileResult:
     """Compile one model into `output_dir` atomically; raise an OrtCompileError subclass on failure."""
     options = options or CompileOptions()
-    return _compile(Path(source_path), Destination.of(output_dir, options.output_name).target(source_path), options, reporter, more_follow=False)
+    target = Destination.of(output_dir, [source_path], options.output_name).targets[0]
+    return _compile(Path(source_path), target, options, reporter, more_follow=False)
 
 
 def _compile(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter | None, more_follow: bool) -> CompileResult:
@@ -49,7 +50,7 @@ def _compile(source: Path, target: OutputTarget, options: CompileOptions, report
     return compile_now(source, target, options, reporter, compile_model, more_follow)
 
 
-def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | Destination,
+def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
                    options: CompileOptions | Callable[[str | os.PathLike[str]], CompileOptions] | None = None,
                    reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile each model into `output_dir`, one after another; stop at the first failure, naming the model.
@@ -60,18 +61,23 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
     """
     options_for = options if callable(options) else (lambda model: options)
     per_model = [options_for(m) or CompileOptions() for m in models]
-    to = Destination.of(output_dir, next((o.output_name for o in per_model if o.output_name), None))
-    if to.model_name and len(models) > 1:
-        raise UsageError(f"-o {to.model_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
-    targets = [to.target(m) for m in models]
-    names = [t.names.model for t in targets]
+    named = next((o.output_name for o in per_model if o.output_name), None)
+    return compile_models_to(models, Destination.of(output_dir, models, named), per_model, reporter)
+
+
+def compile_models_to(models: Sequence[str | os.PathLike[str]], destination: Destination, per_model: Sequence[CompileOptions],
+                      reporter: Reporter | None = None) -> list[CompileResult]:
+    """compile_models with `-o` already read for these models (`destination`, the CLI's) and each model's options."""
+    if destination.model_name and len(models) > 1:
+        raise UsageError(f"-o {destination.model_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
+    names = [t.names.model for t in destination.targets]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
-    results = []
+    results: list[CompileResult] = []
     for index, model in enumerate(models):
         try:
-            results.append(_compile(Path(model), targets[index], per_model[index], reporter, more_follow=index < len(models) - 1))
+            results.append(_compile(Path(model), destination.targets[index], per_model[index], reporter, more_follow=index < len(models) - 1))
         except OrtCompileError as exc:
             if len(models) > 1 and str(model) not in exc.message:
                 exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed

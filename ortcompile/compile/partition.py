@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortcompile.errors import UsageError
+from ortcompile.jsonedge import JsonObject
 
 MIN_FILL = 0.5  # a cut is looked for once a part holds this share of the budget
 
@@ -32,7 +33,7 @@ class PartSpec:
     initializers: tuple[str, ...]  # weights its nodes read
     weight_bytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"index": self.index, "nodes": [self.start, self.stop], "inputs": list(self.inputs), "outputs": list(self.outputs),
                 "initializers": len(self.initializers), "weight_bytes": self.weight_bytes}
 
@@ -43,7 +44,7 @@ class PartitionPlan:
     parts: tuple[PartSpec, ...]
     nodes: int  # the main graph's nodes, which the parts cover
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"budget_bytes": self.budget, "nodes": self.nodes, "parts": [p.to_json() for p in self.parts]}
 
 

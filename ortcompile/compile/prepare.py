@@ -26,6 +26,7 @@ from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.inplace import SetAside, restore, set_aside
 from ortcompile.eps.sessionopts import session_options
 from ortcompile.errors import CompilationFailed, InvalidModel, OutputError, ort_reason, output_error
+from ortcompile.jsonedge import JsonObject
 from ortcompile.native import native_stdout_to_stderr
 from ortcompile.onnxfacts import iter_graphs
 from ortcompile.paths import model_dir
@@ -37,7 +38,7 @@ OPTIMIZATION = "ort-basic"
 
 @dataclass(frozen=True)
 class PrepareSummary:
-    pins: dict[str, Any]
+    pins: JsonObject  # Pins.to_json: as the manifest's prepare record holds them
     nodes_before: int
     nodes_after: int
     removed_ops: dict[str, int]  # op type -> nodes the optimization removed (folded or eliminated)
@@ -55,7 +56,7 @@ class PrepareSummary:
         fixes = f"; {self.ep_fixes.describe()}" if self.ep_fixes.to_record() or self.ep_fixes.kept else ""
         return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}{fixes}"
 
-    def to_record(self) -> dict[str, Any]:
+    def to_record(self) -> JsonObject:
         """For the manifest: what was done to the graph (deterministic: no times)."""
         record = {"pins": self.pins, "optimization": OPTIMIZATION, "nodes_before": self.nodes_before, "nodes_after": self.nodes_after}
         if self.disabled_optimizers:

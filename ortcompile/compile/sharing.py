@@ -46,21 +46,28 @@ STOP_SHARING = "ep.stop_share_ep_contexts"
 PER_MODEL = ("fix_dims", "fix_shapes", "inputs")
 
 
-def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str] | Destination,
+def compile_shared(sources: Sequence[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
                    options: CompileOptions | Callable[[Path], CompileOptions], reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile `sources` as one weight-sharing batch into `output_dir`, atomically. `options`: the same for every
     model, or a function from a source to its options, which may differ only in their pins and check inputs (PER_MODEL)."""
+    first = (options(Path(sources[0])) if callable(options) else options) if sources else None
+    named = first.output_name if first else None  # (one set of options: one output name, if any)
+    return compile_shared_to(sources, Destination.of(output_dir, sources, named), options, reporter)
+
+
+def compile_shared_to(sources: Sequence[str | os.PathLike[str]], destination: Destination,
+                      options: CompileOptions | Callable[[Path], CompileOptions], reporter: Reporter | None = None) -> list[CompileResult]:
+    """compile_shared with `-o` already read for these sources (`destination`, the CLI's)."""
     reporter = reporter or SilentReporter()
     if len(sources) < 2:
         raise UsageError("--share-weights needs at least two models")
     chosen = _batch_options([Path(s) for s in sources], options)
     if any(o.partition is not None for o in chosen):  # a batch is compiled whole, as one unit: a part budget would be recorded, not applied
         raise UsageError("--share-weights compiles each model whole: it cannot be combined with --partition or --max-context-size")
-    to = Destination.of(output_dir, chosen[0].output_name)  # (one set of options: one output name, if any)
     jobs: list[CompileJob] = []
     try:
-        for source, model_options in zip(sources, chosen):
-            jobs.append(CompileJob.open(Path(source), to.target(source), model_options, reporter))
+        for index, source in enumerate(sources):
+            jobs.append(CompileJob.open(Path(source), destination.targets[index], chosen[index], reporter))
         return _compile_planned(jobs)
     except BaseException:
         if jobs:

@@ -123,7 +123,7 @@ class StitchJob:
         """What finish needs of the stitched model, as data (the parts are read: their manifests say the versions)."""
         first = self.part_manifests[0]
         parts = tuple({"model": name, "nodes": spec["nodes"], "weight_bytes": spec["weight_bytes"],
-                       "epcontext": manifest.nodes.get("epcontext", 0), "remaining_ops": manifest.nodes.get("remaining_ops", {})}
+                       "epcontext": manifest.nodes.epcontext, "remaining_ops": manifest.nodes.remaining_ops}
                       for name, spec, manifest in zip(self.plan.parts, self.plan.specs, self.part_manifests))
         record = ManifestPlan(first.versions, self.plan.options, self.plan.source_ops, first.target, parts)
         verify = None

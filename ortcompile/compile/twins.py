@@ -21,7 +21,7 @@ from ortcompile.compile.compilejob import CompileJob
 from ortcompile.compile.finish import CheckOutcome
 from ortcompile.compile.job import compile_model
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed
-from ortcompile.output.manifest import Manifest
+from ortcompile.output.manifest import CheckRecord, Manifest
 from ortcompile.progress import SilentReporter
 from ortcompile.readback.nextsteps import next_steps
 
@@ -39,7 +39,7 @@ def checked_on_twins(jobs: list[CompileJob], staging_dir: Path, reason: str) -> 
     if skipped:
         warnings.warn(f"{', '.join(skipped)}: not checked before publishing: {reason}", OrtCompileWarning, stacklevel=2)
     return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason) if job.plan.check.mode == "run"
-            else CheckOutcome({"mode": "none", "passed": None, "reason": reason}, None) for index, job in enumerate(jobs)]
+            else CheckOutcome(CheckRecord("none", None, reason=reason), None) for index, job in enumerate(jobs)]
 
 
 def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
@@ -54,7 +54,7 @@ def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
     except (CompilationFailed, VerificationFailed) as exc:
         raise _refusal(exc, reason) from exc
     manifest = Manifest.load(result.output_dir / plan.target.names.manifest)
-    record = {**(manifest.check or {}), "on": ON_TWIN.format(reason=reason)}
+    record = dataclasses.replace(manifest.check or CheckRecord.from_json({}), on=ON_TWIN.format(reason=reason))
     return CheckOutcome(record, result.check, seconds=sum(result.timings.get(k, 0.0) for k in ("compile", "check")))
 
 

@@ -1,7 +1,7 @@
 """Execution providers: discovery, registration, targets, option checks, compatibility of compiled models.
 
 The only package that knows EP names and plugin packages. Importing it loads neither onnxruntime nor any
-plugin (an up-to-date `--if-changed` check uses `lookup`, `KNOWN_EPS` and `AUTO_ORDER` in milliseconds).
+plugin (an up-to-date `--if-changed` check asks `discovery.choose_ep` in milliseconds).
 
 - catalog.py    per-EP knowledge as data; the short-name rule; option-key checks
 - discovery.py  installed plugin packages found by convention, read with `ast`; `lookup`

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ortcompile.eps.catalog import CPU_EP, KNOWN_EPS, EpInfo, distribution_of_module, short_name_for
+from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, distribution_of_module, short_name_for
 from ortcompile.eps.targets import find_target, static_targets
 from ortcompile.errors import UsageError
 
@@ -146,16 +146,36 @@ def did_you_mean(key: str, eps: list[EpInfo]) -> str:
     return f" (did you mean {' or '.join(repr(spelled.get(c, c)) for c in close)}?)" if close else ""
 
 
+@dataclass(frozen=True)
+class EpChoice:
+    """`--ep NAME` (with --ep-library PATH) read from the tables alone, importing nothing: the EP it names, or for
+    `auto` the EPs of AUTO_ORDER, the first of which that is available is used. The one place `auto` is read for
+    --ep: the resolve that registers the EP, the typo check before it and the --if-changed check all ask here."""
+
+    named: EpInfo | None  # None: `--ep auto`
+
+    @property
+    def candidates(self) -> tuple[EpInfo, ...]:
+        """The EPs to try, in order (registry.resolve takes the first that registers and has a device)."""
+        return (self.named,) if self.named is not None else tuple(KNOWN_EPS[short] for short in AUTO_ORDER)
+
+    def expected(self) -> EpInfo | None:
+        """The EP a compile would use, told without loading onnxruntime: the one named, else auto's first installed
+        one (None: none is)."""
+        return self.named or next((info for info in self.candidates if is_installed(info)), None)
+
+
+def choose_ep(name: str, library: str | None = None) -> EpChoice:
+    if library:
+        return EpChoice(library_info(name, library))
+    return EpChoice(None if name.strip().lower() == "auto" else lookup(name))
+
+
 def check_names(name: str, target: str | None = None, library: str | None = None) -> None:
     """The EP name, the library path and an option target (QNN's SoC table), from the tables alone: a typo is a usage
     error before onnx or onnxruntime is imported (seconds). Device targets need the EP's devices: resolve checks them."""
-    if library:
-        info = library_info(name, library)
-    elif name.strip().lower() == "auto":
-        return
-    else:
-        info = lookup(name)
-    if target and info.target_kind == "option" and static_targets(info):
+    info = choose_ep(name, library).named
+    if info is not None and target and info.target_kind == "option" and static_targets(info):
         find_target(target, static_targets(info), info)
 
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from ortcompile import ortmarkers, worker
 from ortcompile.eps import diagnose
-from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, check_option_keys
-from ortcompile.eps.discovery import add_library_ep, all_eps, is_installed, library_info, lookup
+from ortcompile.eps.catalog import CPU_EP, EpInfo, check_option_keys
+from ortcompile.eps.discovery import add_library_ep, all_eps, choose_ep, is_installed, lookup
 from ortcompile.eps.resolved import ResolvedEp
 from ortcompile.eps.targets import Target, apply_target, default_target, describe_device, device_matches, device_targets, find_target, static_targets
 from ortcompile.eps.validate import probe_library, validate_options
@@ -118,18 +118,17 @@ def resolve(name: str = "auto", options: dict[str, str] | None = None, target: s
     """
     apply_ort_log_level()  # the first use of onnxruntime in every command that needs it
     options = dict(options or {})
-    if library:
-        return _resolve_one(library_info(name, library), options, target, validate)
-    if name.strip().lower() == "auto":
-        return _resolve_auto(options, target, validate)
-    return _resolve_one(lookup(name), options, target, validate)
+    choice = choose_ep(name, library)
+    if choice.named is not None:
+        return _resolve_one(choice.named, options, target, validate)
+    return _resolve_auto(choice.candidates, options, target, validate)
 
 
-def _resolve_auto(options: dict[str, str], target: str | None, validate: bool) -> ResolvedEp:
+def _resolve_auto(candidates: tuple[EpInfo, ...], options: dict[str, str], target: str | None, validate: bool) -> ResolvedEp:
     refusals = []
-    for short in AUTO_ORDER:
+    for info in candidates:
         try:
-            return _resolve_one(KNOWN_EPS[short], options, target, validate)
+            return _resolve_one(info, options, target, validate)
         except EpUnavailable:
             continue
         except UsageError as exc:  # a target name another EP may own

@@ -15,9 +15,9 @@ import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from ortcompile.errors import InvalidModel
+from ortcompile.jsonedge import JsonObject
 from ortcompile.paths import UnsafePath, resolve_inside
 from ortcompile.plan.source import read_source
 
@@ -32,7 +32,7 @@ class GenaiModel:
     """The facts of a genai model folder that decide the static graphs."""
 
     folder: Path
-    config: dict[str, Any]
+    config: JsonObject  # genai_config.json as read: written back with the stages' changes (package_config)
     model_file: Path
     layers: int
     kv_heads: int
@@ -89,7 +89,7 @@ class PipelineStage:
 
 
 def package_config(model: GenaiModel, stages: list[PipelineStage], context_length: int, prefill_length: int,
-                   provider_options: dict[str, str]) -> dict[str, Any]:
+                   provider_options: dict[str, str]) -> JsonObject:
     """The genai_config.json of the compiled package. genai runs the stages in this order, each on the prompt or on
     generated tokens, and hands a stage's other outputs to the later stages reading them by name
     (src/models/decoder_only_pipeline.cpp); the KV cache, the sequence lengths and the logits it manages itself."""

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.metadata
 import json
 from pathlib import Path
-from typing import Any
 
+from ortcompile.jsonedge import JsonObject
 from ortcompile.llm.genai import CONFIG, GenaiModel, carried_files
 from ortcompile.onnxfacts import external_locations
 from ortcompile.output.digest import hash_file
@@ -27,13 +27,13 @@ def input_files(model: GenaiModel) -> list[Path]:
     return [model.folder / CONFIG, model.model_file, *(model.folder / d for d in data), *carried_files(model)]
 
 
-def build_record(model: GenaiModel, settings: dict[str, Any]) -> dict[str, Any]:
+def build_record(model: GenaiModel, settings: JsonObject) -> JsonObject:
     """What the package was built from: input digests by file name, settings, versions."""
     return {"inputs": {p.name: hash_file(p).sha256 for p in input_files(model)}, "settings": settings,
             "versions": {name: _version(name) for name in DISTRIBUTIONS}}
 
 
-def why_not_current(out: Path, manifest_name: str, record: dict[str, Any]) -> str:
+def why_not_current(out: Path, manifest_name: str, record: JsonObject) -> str:
     """'' when the package in `out` is current; else the reason to rebuild it."""
     path = out / manifest_name
     if not path.is_file():

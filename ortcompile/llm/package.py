@@ -26,6 +26,7 @@ from typing import Any
 from ortcompile.compile.job import compile_models
 from ortcompile.compile.sharing import compile_shared
 from ortcompile.errors import OutputError, UsageError, output_error
+from ortcompile.jsonedge import JsonObject
 from ortcompile.llm.genai import CONFIG, DECODE, PREFILL, GenaiModel, PipelineStage, carried_files, package_config, read_genai_folder
 from ortcompile.llm.incremental import build_record, why_not_current
 from ortcompile.llm.inputs import check_inputs
@@ -43,6 +44,8 @@ SOURCES = ".sources"  # inside the stage: the rewritten graphs the compiles read
 GRAPH_FILES = {PREFILL: "prefill.onnx", DECODE: "decode.onnx"}
 EP = "qnn"  # the EP the package's genai_config.json names (genai's provider "qnn")
 
+
+CheckSettings = dict[str, Any]  # CompileOptions' keyword arguments for a graph's check: `check`, and `inputs` (GivenInputs) when it runs
 
 @dataclass(frozen=True)
 class LlmOptions:
@@ -67,7 +70,7 @@ class LlmOptions:
             raise UsageError(f"--prefill-length {self.prefill_length} is longer than --context-length {self.context_length}")
 
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         """What shapes the package (the manifest records it; --if-changed compares it)."""
         return {"context_length": self.context_length, "prefill_length": self.prefill_length, "share_weights": self.share_weights,
                 "ep": EP, "ep_options": dict(sorted(self.ep_options.items())), "target": self.target, "check": self.check,
@@ -77,11 +80,11 @@ class LlmOptions:
 @dataclass
 class LlmPackage:
     output_dir: Path
-    files: list[dict[str, Any]]
-    graphs: dict[str, dict[str, Any]]  # context / iterator (context_N / iterator_N) -> model, pins, epcontext_nodes, remaining_ops
+    files: list[JsonObject]  # as the package manifest and --json list them
+    graphs: dict[str, JsonObject]  # (as the manifest holds them) context / iterator (context_N / iterator_N) -> model, pins, epcontext_nodes, remaining_ops
     up_to_date: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {"output_dir": str(self.output_dir), "up_to_date": self.up_to_date, "files": self.files, "graphs": self.graphs}
 
 
@@ -184,7 +187,7 @@ def _compile_graphs(model: GenaiModel, stage: Path, options: LlmOptions, reporte
     return compiled
 
 
-def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: LlmOptions, stage: str) -> list[dict[str, Any]]:
+def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: LlmOptions, stage: str) -> list[CheckSettings]:
     """Each part's check: on the graph's decoder inputs and the hidden states the earlier parts make of them (parts.py)."""
     settings = _check_settings(model, graph, options, stage)
     if settings["check"] != "run":
@@ -192,7 +195,7 @@ def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: Llm
     return [{"check": "run", "inputs": inputs} for inputs in part_check_inputs(parts, settings["inputs"])]
 
 
-def _compile_options(options: LlmOptions, pins: dict[str, int], check: dict[str, Any]) -> CompileOptions:
+def _compile_options(options: LlmOptions, pins: dict[str, int], check: CheckSettings) -> CompileOptions:
     return CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target, fix_dims=pins, force=True,
                           share_weights=options.share_weights, offers=(), **check)  # (`llm` takes no --cpu-nodes, --fallback)
 
@@ -203,7 +206,7 @@ def _compile(models: list[str], stage: Path, per_model: dict[str, CompileOptions
     return compile_models(models, stage, lambda m: per_model[str(m)], reporter)
 
 
-def _check_settings(model: GenaiModel, graph: Path, options: LlmOptions, stage: str) -> dict[str, Any]:
+def _check_settings(model: GenaiModel, graph: Path, options: LlmOptions, stage: str) -> CheckSettings:
     """Run each graph on decoder inputs before publishing (inputs.py). A shared batch whose context this machine
     cannot load (QNN's simulator) is checked as every such batch is: each graph compiled alone and run (twins.py)."""
     if options.check != "run":
@@ -239,7 +242,7 @@ def _write_package(model: GenaiModel, stage: Path, compiled: Compiled, options: 
         shutil.copyfile(path, stage / path.name)
 
 
-def _write_manifest(stage: Path, model: GenaiModel, compiled: Compiled, record: dict[str, Any]) -> dict[str, Any]:
+def _write_manifest(stage: Path, model: GenaiModel, compiled: Compiled, record: JsonObject) -> JsonObject:
     files = []
     for path in sorted(p for p in stage.iterdir() if p.is_file()):
         written = hash_and_sync(path)

@@ -116,7 +116,7 @@ def part_check_inputs(parts: list[Path], given: dict[str, Given]) -> list[dict[s
     return result
 
 
-def _typed(model: Any) -> dict[str, Any]:
+def _typed(model: Any) -> dict[str, Any]:  # tensor name -> onnx.ValueInfoProto (onnx is imported only when parts are cut)
     """Every tensor's type with the pins in place, contrib ops included (ONNX Runtime's symbolic shape inference)."""
     from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
 

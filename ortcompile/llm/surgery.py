@@ -29,7 +29,7 @@ OTHER_ATTENTION = {"MultiHeadAttention", "Attention", "PagedAttention", "PackedA
 PLAIN_ATTENTION = "Softmax"  # attention written in standard ops
 
 
-def rewrite_decoder(model: GenaiModel, out: Path, sequence: int) -> dict[str, Any]:
+def rewrite_decoder(model: GenaiModel, out: Path, sequence: int) -> dict[str, str]:
     """Write the rewritten graph proto of a graph taking `sequence` tokens at once to `out` (its data file must sit
     beside it); return the symbolic dims by role."""
     import onnx

@@ -4,7 +4,7 @@ context blob lives (embedded, or a file next to the model)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ortcompile.onnxfacts.tensors import ATTR_INT, ATTR_STRING, EPCONTEXT, proto_text
 
@@ -69,7 +69,7 @@ def attribute(node: onnx.NodeProto, name: str) -> AttributeProto | None:
 
 def epcontext_attrs(node: onnx.NodeProto) -> EpContextAttrs:
     """Read every attribute once; never raises on odd types (see EpContextAttrs.problems)."""
-    values: dict[str, Any] = {}
+    values: dict[str, int | str | bytes | None] = {}  # EpContextAttrs' fields, each of its attribute's type
     problems: list[str] = []
     for attr in node.attribute:
         name = attr.name

@@ -20,18 +20,16 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
-import importlib.util
 import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from ortcompile import eps
 from ortcompile.durable import replace_file
-from ortcompile.eps.discovery import library_info
+from ortcompile.eps.discovery import choose_ep
 from ortcompile.errors import OutputError
+from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
@@ -78,7 +76,7 @@ def write_stamp(target: OutputTarget, source: Path, digest: InputDigest) -> None
         pass
 
 
-def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
+def _cached_sha256(stamp: JsonObject, name: str, path: Path) -> str | None:
     for entry in stamp.get("files", []):
         if entry.get("name") != name:
             continue
@@ -88,25 +86,12 @@ def _cached_sha256(stamp: dict[str, Any], name: str, path: Path) -> str | None:
     return None
 
 
-def _load_json(path: Path) -> dict[str, Any]:
+def _load_json(path: Path) -> JsonObject:
     try:
         loaded = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
     return loaded if isinstance(loaded, dict) else {}
-
-
-def expected_ep(options: CompileOptions) -> eps.EpInfo | None:
-    """The EP a compile would use, decided without loading onnxruntime (None: cannot tell cheaply)."""
-    if options.ep_library:
-        return library_info(options.ep, options.ep_library)
-    if options.ep.strip().lower() != "auto":
-        return eps.lookup(options.ep)
-    for short in eps.AUTO_ORDER:
-        info = eps.KNOWN_EPS[short]
-        if info.module is None or importlib.util.find_spec(info.module) is not None:
-            return info
-    return None
 
 
 def _installed_version(distribution: str) -> str:
@@ -138,14 +123,14 @@ def published_if_current(source: Path, target: OutputTarget, options: CompileOpt
 
 
 def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, manifest: Manifest) -> str:
-    info = expected_ep(options)
+    info = choose_ep(options.ep, options.ep_library).expected()  # without loading onnxruntime (None: cannot tell cheaply)
     if info is None or manifest.ep != info.short_name:
         return "the execution provider differs"
     require = info.compiles if options.require_compiled is None else options.require_compiled
     if manifest.options != options.recorded(info.short_name, require, info.compiles):
         return "options differ"
     wanted = effective_check(options.check, sum(f.size for f in manifest.input_files))
-    if _check_strength(manifest.check) < CHECK_MODES.index(wanted):
+    if (manifest.check.strength if manifest.check else 0) < CHECK_MODES.index(wanted):  # (none recorded: proved nothing)
         return f"the output was published with a weaker check than --check {options.check}"
     versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
     if manifest.versions != versions:
@@ -155,13 +140,6 @@ def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, mani
         if not published.is_file() or published.stat().st_size != entry.size:
             return f"output {entry.name} is missing or changed size"
     return _inputs_changed(source, target, manifest)
-
-
-def _check_strength(check: dict[str, Any] | None) -> int:
-    """How much the recorded pre-publish check proved (an output from before checks existed proved nothing)."""
-    if not check or not check.get("passed"):
-        return 0
-    return CHECK_MODES.index(check["mode"]) if check.get("mode") in CHECK_MODES else 0
 
 
 def _inputs_changed(source: Path, target: OutputTarget, manifest: Manifest) -> str:
@@ -226,9 +204,9 @@ def _up_to_date_result(source: Path, target: OutputTarget, manifest: Manifest, s
     return CompileResult(
         source=source, output_dir=target.directory, model=manifest.model, ep=manifest.versions.ep_name,
         ep_version=manifest.versions.ep_version, files=[f.to_json() for f in manifest.files],
-        epcontext_nodes=manifest.nodes.get("epcontext", 0), remaining_ops=manifest.nodes.get("remaining_ops", {}),
-        graph_bytes=(target.directory / manifest.model).stat().st_size, external_initializers=manifest.initializers.get("external", 0),
-        inline_initializers=manifest.initializers.get("inline", 0), timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
+        epcontext_nodes=manifest.nodes.epcontext, remaining_ops=manifest.nodes.remaining_ops,
+        graph_bytes=(target.directory / manifest.model).stat().st_size, external_initializers=manifest.initializers.external,
+        inline_initializers=manifest.initializers.inline, timings={"up_to_date": seconds}, peak_rss_bytes=peak_rss,
         inputs=[source.parent / f.name for f in manifest.input_files], up_to_date=True,
-        compiled_ops=manifest.nodes.get("compiled_ops", {}), target=manifest.target,
+        compiled_ops=manifest.nodes.compiled_ops or {}, target=manifest.target,
     )

@@ -15,6 +15,7 @@ from typing import Any
 
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
+from ortcompile.options import CHECK_MODES
 from ortcompile.paths import is_plain_name
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
@@ -59,21 +60,84 @@ class Versions:
 
 
 @dataclass(frozen=True)
+class NodeCounts:
+    """`nodes`: the EPContext nodes, the source's ops they replaced and the ops left outside them (finish.node_counts).
+    Read as written: a reader that needs a count takes it from here (a missing one: 0, or None for compiled_ops)."""
+
+    epcontext: int = 0
+    compiled_ops: dict[str, int] | None = None  # op type -> source nodes inside EPContext nodes (None: not recorded)
+    remaining_ops: dict[str, int] = field(default_factory=dict)  # op type -> nodes outside them
+
+    def to_json(self) -> JsonObject:
+        return {"epcontext": self.epcontext, "compiled_ops": self.compiled_ops, "remaining_ops": self.remaining_ops}
+
+    @classmethod
+    def from_json(cls, document: JsonObject) -> NodeCounts:
+        return cls(document.get("epcontext", 0), document.get("compiled_ops"), document.get("remaining_ops", {}))
+
+
+@dataclass(frozen=True)
+class InitializerCounts:
+    """`initializers`: how many weights live in data files and how many inline in the graph."""
+
+    external: int = 0
+    inline: int = 0
+
+    def to_json(self) -> JsonObject:
+        return {"external": self.external, "inline": self.inline}
+
+    @classmethod
+    def from_json(cls, document: JsonObject) -> InitializerCounts:
+        return cls(document.get("external", 0), document.get("inline", 0))
+
+
+@dataclass(frozen=True)
+class CheckRecord:
+    """`check`: what the pre-publish check proved (readback/check.record; deterministic: no times, no measured
+    numbers). `passed` None: no check ran (`reason` says why, if anything stopped it)."""
+
+    mode: str  # none | load | run
+    passed: bool | None
+    criterion: str | None = None  # run: the criterion's kind and the precision it judged by
+    inputs: str | None = None  # run: what was fed
+    compared: bool | None = None  # run: False when the outputs could not be compared (the check's warning)
+    reason: str | None = None  # why the check did not run, or ran elsewhere
+    on: str | None = None  # --share-weights checked on twins: what it ran on (compile/twins.py)
+
+    def to_json(self) -> JsonObject:
+        document: JsonObject = {"mode": self.mode, "passed": self.passed}
+        for key in ("criterion", "inputs", "compared", "reason", "on"):
+            if getattr(self, key) is not None:
+                document[key] = getattr(self, key)
+        return document
+
+    @classmethod
+    def from_json(cls, document: JsonObject) -> CheckRecord:
+        return cls(document.get("mode", "none"), document.get("passed"), document.get("criterion"), document.get("inputs"),
+                   document.get("compared"), document.get("reason"), document.get("on"))
+
+    @property
+    def strength(self) -> int:
+        """How much it proved, as an index of CHECK_MODES (none < load < run): a check that did not pass proved nothing."""
+        return CHECK_MODES.index(self.mode) if self.passed and self.mode in CHECK_MODES else 0
+
+
+@dataclass(frozen=True)
 class Manifest:
     model: str
     files: tuple[FileEntry, ...]
     input_sha256: str
     input_files: tuple[InputFile, ...]
     versions: Versions
+    options: JsonObject  # what shaped the output (CompileOptions.recorded, made from the option table): compared whole by --if-changed
+    nodes: NodeCounts = field(default_factory=NodeCounts)
+    initializers: InitializerCounts = field(default_factory=InitializerCounts)
+    check: CheckRecord | None = None  # what the pre-publish check proved
     # The sections below stay JSON as written: each is made by the step that owns it, kept byte for byte, and read
-    # back only by the few readers named (a reader that needs a field checks it there).
-    options: JsonObject  # what shaped the output (optiontable: CompileOptions.recorded): compared whole by --if-changed
-    nodes: JsonObject = field(default_factory=dict)  # epcontext count, compiled_ops, remaining_ops (compile/finish.node_counts)
-    initializers: dict[str, int] = field(default_factory=dict)  # external / inline counts
+    # back whole (inspect, --json) or by the one reader named, which checks the field it needs.
     prepare: JsonObject | None = None  # what the prepare step did to the graph before the EP saw it (compile/prepare.py)
-    check: JsonObject | None = None  # what the pre-publish check proved (readback/check.record)
-    target: JsonObject | None = None  # what the EP compiled for (eps.ResolvedEp.target_record)
-    parts: tuple[JsonObject, ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py)
+    target: JsonObject | None = None  # what the EP compiled for, with the device's own metadata (eps.ResolvedEp.target_record)
+    parts: tuple[JsonObject, ...] | None = None  # a stitched model: the parts it was compiled as (compile/stitch.py; inspect shows them)
     cpu_nodes: JsonObject | None = None  # --cpu-nodes / --fallback auto: what was kept off the EP and why (compile/fallback.py)
 
     # ---------------------------------------------------------------- reading
@@ -116,10 +180,10 @@ class Manifest:
             input_files=tuple(_input_file(f) for f in _list((document.get("input") or {}).get("files", []), "input.files")),
             versions=_versions(document.get("versions") or {}),
             options=options,
-            nodes=document.get("nodes") or {},
-            initializers=document.get("initializers") or {},
+            nodes=NodeCounts.from_json(document.get("nodes") or {}),
+            initializers=InitializerCounts.from_json(document.get("initializers") or {}),
+            check=CheckRecord.from_json(document["check"]) if document.get("check") is not None else None,
             prepare=document.get("prepare"),
-            check=document.get("check"),
             target=document.get("target"),
             parts=tuple(_list(document["parts"], "parts")) if document.get("parts") is not None else None,
             cpu_nodes=document.get("cpu_nodes"),
@@ -158,13 +222,13 @@ class Manifest:
             "input": {"sha256": self.input_sha256, "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in self.input_files]},
             "versions": self.versions.to_json(),
             "options": self.options,
-            "nodes": self.nodes,
-            "initializers": self.initializers,
+            "nodes": self.nodes.to_json(),
+            "initializers": self.initializers.to_json(),
         }
         if self.prepare is not None:
             document["prepare"] = self.prepare
         if self.check is not None:
-            document["check"] = self.check
+            document["check"] = self.check.to_json()
         if self.target is not None:
             document["target"] = self.target
         if self.parts is not None:

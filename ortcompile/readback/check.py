@@ -25,6 +25,7 @@ from typing import Any
 from ortcompile.eps.request import EpRequest
 from ortcompile.jsonedge import JsonObject
 from ortcompile.options import ALL_PLACEMENT_OPTIONS, CheckMode
+from ortcompile.output.manifest import CheckRecord
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.parity import ParityReport, ParityRequest, ParityRun
@@ -76,18 +77,15 @@ def runs_table(runs: Sequence[ParityRun]) -> list[str]:
     return lines
 
 
-def record(report: ParityReport, given: bool) -> JsonObject:
-    """For the manifest (its `check` object, JSON as written): what was proven (deterministic: no times, no numbers
-    that vary by machine). `given`: the user gave some inputs (make_feeds refuses a name the model lacks, so a passing
-    run fed every one of them)."""
-    result: JsonObject = {"mode": report.mode, "passed": report.ok}
-    if report.mode == "run":
-        criterion = report.criterion
-        result["criterion"] = f"{criterion.kind if criterion else None} ({criterion.precision if criterion else None} check)"
-        result["inputs"] = "given and generated (seeded)" if given else "generated (seeded)"
-        if report.warning:
-            result["compared"] = False
-    return result
+def record(report: ParityReport, given: bool) -> CheckRecord:
+    """For the manifest (its `check` record): what was proven (deterministic: no times, no numbers that vary by
+    machine). `given`: the user gave some inputs (make_feeds refuses a name the model lacks, so a passing run fed
+    every one of them)."""
+    if report.mode != "run":
+        return CheckRecord(report.mode, report.ok)
+    criterion = report.criterion
+    return CheckRecord(report.mode, report.ok, f"{criterion.kind if criterion else None} ({criterion.precision if criterion else None} check)",
+                       "given and generated (seeded)" if given else "generated (seeded)", False if report.warning else None)
 
 
 def to_json(report: ParityReport) -> JsonObject:

@@ -339,7 +339,7 @@ def _compiled_ops(manifest: ManifestStatus, epcontext: list[EpContextEntry]) -> 
     """Op types the EPContext nodes replaced: none without such nodes; from the manifest, else unknown (None)."""
     if not epcontext:
         return {}
-    return manifest.manifest.nodes.get("compiled_ops") if manifest.manifest else None
+    return manifest.manifest.nodes.compiled_ops if manifest.manifest else None
 
 
 def _epcontext_by_source(epcontext: list[EpContextEntry]) -> dict[str, int]:
