@@ -165,7 +165,7 @@ def main() -> None:
             os.environ.pop(key, None)
         result["bytes"] = _bytes(out) if out.is_dir() else 0
         rows.append(result)
-        print(f"  {method:30s} rc={result['rc']} wall {result['wall']:7.1f}s  peak {result['peak_rss'] / GiB:5.2f} GiB  "
+        print(f"  {method:30s} rc={result['rc']} wall {result['wall']:7.1f}s  cpu {result['cpu']:7.1f}s  peak {result['peak_rss'] / GiB:5.2f} GiB  "
               f"output {result['bytes'] / 1e9:5.2f} GB ({result['bytes'] / weights:.2f} x weights)  load {os.getloadavg()[0]:.2f}"
               f"{'  ' + result['stderr'] if result['rc'] else ''}", flush=True)
 

@@ -58,7 +58,7 @@ def parts_row(model: Path, out: Path, jobs: int) -> dict[str, Any]:
     argv = ortcompile("compile", model, "-o", out, "--ep", "qnn", "--partition", "auto", "--check", "none", "--jobs", jobs, "--json")
     result: dict[str, Any] = {"method": f"parts-j{jobs}", "model_bytes": _data_bytes(model), "load_before": os.getloadavg(), **measure(argv, timeout=6 * 3600)}
     result["load_after"] = os.getloadavg()
-    print(f"parts-j{jobs}: rc={result['rc']} wall {result['wall']:.1f}s peak {result['peak_rss'] / GiB:.2f} GiB "
+    print(f"parts-j{jobs}: rc={result['rc']} wall {result['wall']:.1f}s cpu {result['cpu']:.1f}s peak {result['peak_rss'] / GiB:.2f} GiB "
           f"load {result['load_before'][0]:.1f}->{result['load_after'][0]:.1f} {result['stderr'] if result['rc'] else ''}", flush=True)
     if result["rc"] == 0:
         document = json.loads(result["stdout"])["outputs"][0]
@@ -84,7 +84,7 @@ def pass_through_row(model: Path, out: Path) -> dict[str, Any]:
     shutil.rmtree(out, ignore_errors=True)
     result = {"method": "pass-through", "model_bytes": _data_bytes(model), "load_before": os.getloadavg(),
               **measure(ortcompile("compile", model, "-o", out, "--ep", "cpu", "--json"))}
-    print(f"pass-through: rc={result['rc']} wall {result['wall']:.1f}s peak {result['peak_rss'] / GiB:.3f} GiB "
+    print(f"pass-through: rc={result['rc']} wall {result['wall']:.1f}s cpu {result['cpu']:.1f}s peak {result['peak_rss'] / GiB:.3f} GiB "
           f"(goal < 1 GiB) load {result['load_before'][0]:.1f} {result['stderr'] if result['rc'] else ''}", flush=True)
     shutil.rmtree(out, ignore_errors=True)
     return {k: v for k, v in result.items() if k != "stdout"}
