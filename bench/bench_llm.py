@@ -129,6 +129,26 @@ def static_graphs(folder: Path, out_dir: Path) -> dict[str, tuple[Path, dict[str
     return graphs
 
 
+def planned_parts(graph: Path) -> list[tuple[int, int]]:
+    """(held, stored) weight bytes of each part `ortcompile llm`'s default `--partition auto` cuts `graph` into
+    (llm/parts.py: held counts packed int4 at 3x, the even budget), for the goal: <= 4 x the largest part + 1 GiB."""
+    import onnx
+
+    from ortcompile.compile.partition import plan_partition
+    from ortcompile.llm.parts import even_budget, held_bytes, part_budget
+    from ortcompile.onnxfacts import stored_nbytes
+    from ortcompile.optiontable import PARTITION_AUTO
+
+    model = onnx.load_model(str(graph), load_external_data=False)
+    held = held_bytes(model)
+    stored = {t.name: stored_nbytes(t) or 0 for t in model.graph.initializer}
+    budget = part_budget(PARTITION_AUTO, sum(held.values()))
+    if budget is None:
+        return [(sum(held.values()), sum(stored.values()))]
+    plan = plan_partition(model, held, even_budget(model, held, budget))
+    return [(part.weight_bytes, sum(stored[name] for name in part.initializers)) for part in plan.parts]
+
+
 def placement(model: Path) -> str:
     import onnx
 
@@ -165,7 +185,7 @@ def main() -> None:
             os.environ.pop(key, None)
         result["bytes"] = _bytes(out) if out.is_dir() else 0
         rows.append(result)
-        print(f"  {method:30s} rc={result['rc']} wall {result['wall']:7.1f}s  peak {result['peak_rss'] / GiB:5.2f} GiB  "
+        print(f"  {method:30s} rc={result['rc']} wall {result['wall']:7.1f}s  cpu {result['cpu']:7.1f}s  peak {result['peak_rss'] / GiB:5.2f} GiB  "
               f"output {result['bytes'] / 1e9:5.2f} GB ({result['bytes'] / weights:.2f} x weights)  load {os.getloadavg()[0]:.2f}"
               f"{'  ' + result['stderr'] if result['rc'] else ''}", flush=True)
 
@@ -176,8 +196,14 @@ def main() -> None:
         row("ortcompile llm (shared)", [*llm, "-o", str(work / "pkg")], work / "pkg", tree)
         if not args.skip_separate:
             row("ortcompile llm --no-share-weights", [*llm, "--no-share-weights", "-o", str(work / "pkg-separate")], work / "pkg-separate", tree)
+    graphs = static_graphs(folder, work / "static")
+    parts = planned_parts(graphs["prefill"][0])
+    largest = max(held for held, _ in parts)
+    print(f"parts (held / stored GiB): {', '.join(f'{h / GiB:.2f} / {s / GiB:.2f}' for h, s in parts)}; goal 4 x largest + 1 GiB: "
+          f"{(4 * largest + GiB) / GiB:.2f} GiB held, {(4 * max(s for _, s in parts) + GiB) / GiB:.2f} GiB stored", flush=True)
+    rows.append({"method": "parts", "held": [h for h, _ in parts], "stored": [s for _, s in parts]})
     if not args.skip_raw:
-        for stage, (graph, overrides) in static_graphs(folder, work / "static").items():
+        for stage, (graph, overrides) in graphs.items():
             out = work / f"raw-{stage}"
             model = out / f"{stage}_ctx.onnx"
             row(f"raw {stage}", [sys.executable, "-c", RAW_LLM_SCRIPT, str(graph), str(model), json.dumps(overrides)], out, make_dir=True)

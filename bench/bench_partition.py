@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -63,13 +64,17 @@ print(f"{time.perf_counter() - clock:.3f}")
 
 
 def measure(argv: list[str], timeout: float = 3600) -> dict[str, Any]:
-    """One fresh process: wall seconds, peak summed RSS of its tree, exit code, its stdout/stderr tails."""
+    """One fresh process: wall seconds, CPU seconds of its tree (user + sys of every reaped descendant: comparable
+    under load, where wall is not), peak summed RSS of its tree, exit code, its stdout/stderr tails."""
     subprocess.run(["sync"], check=False)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     clock = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with TreePeak(proc.pid) as peak:
         stdout, stderr = proc.communicate(timeout=timeout)
-    return {"wall": time.perf_counter() - clock, "peak_rss": peak.peak, "rc": proc.returncode, "stdout": stdout,
+    wall, after = time.perf_counter() - clock, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return {"wall": wall, "cpu": cpu, "peak_rss": peak.peak, "rc": proc.returncode, "stdout": stdout,
             "stderr": stderr.strip().splitlines()[-1][:300] if stderr.strip() else ""}
 
 
