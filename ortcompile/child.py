@@ -6,8 +6,9 @@ and library probes, the compatibility check and the load probe), `ended` names h
 `stop` cleans up after every one, and `die_with_parent` is the first thing every child does.
 One-shot children run through `run_child` and answer with `answer_parent` (one marked JSON line on stdout:
 any size, read after the child ended); the Worker answers pickled over its own pipes (worker.py). A one-shot child
-asked with `fork=True` is a fork of this process while no EP has compiled or run here (`note_ep_ran_here`): it
-starts with onnxruntime imported and the EP registered, where a fresh interpreter spends ~0.2 CPU s on both.
+asked with `fork=True` is a fork of the command line's process (`allow_forks`) while no EP has compiled or run in
+it (`note_ep_ran_here`): it starts with onnxruntime imported and the EP registered, where a fresh interpreter
+spends ~0.2 CPU s on both.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_NAME = 15
 # glibc (>= 2.35) maps what malloc takes from the kernel with transparent huge pages when asked: an EP's compile
 # allocates and fills gigabytes of buffers, and with 4 KiB pages the kernel's page faults and zeroing cost as much
 # CPU as a quarter of the compile (measured with QNN: 2.3 of 9.9 CPU s on a 0.8 GB model; same blob, peak RSS
@@ -89,7 +91,17 @@ class ChildRun:
         return self.returncode is not None and self.returncode < 0
 
 
+_forks_allowed = False  # this process is ortcompile's command line (allow_forks): nothing runs an EP here unnoticed
 _ep_ran_here = False  # an EP compiled or ran a session in this process (not only registered): no fork asks it anything
+
+
+def allow_forks() -> None:
+    """Say that this process is ortcompile's own command line: whatever runs an EP in it builds its options with
+    eps.sessionopts (which notes it), so a fork of it carries no EP state unless noted. Not in an application's
+    process, which may have used the EP through onnxruntime directly (measured: a fork of such a process gets
+    another compatibility verdict than a fresh child)."""
+    global _forks_allowed
+    _forks_allowed = True
 
 
 def note_ep_ran_here() -> None:
@@ -102,9 +114,10 @@ def note_ep_ran_here() -> None:
 def run_child(main: str, spec: dict[str, Any], mark: str, timeout: float, fork: bool = False) -> ChildRun:
     """Run `main` ("package.module:function") in a fresh interpreter with `spec` as JSON in argv[1]: a crash in native
     code there ends the child, never ortcompile. The child answers with `answer_parent(mark, ...)`. With `fork`
-    (a caller whose process has at most registered the EP), a fork of this process runs it instead, unless an EP has
-    run here since: the same answer, crash containment and time bound, without a new interpreter's imports."""
-    if fork and not _ep_ran_here:
+    (a caller whose process has at most registered the EP), a fork of this process runs it instead when this is
+    ortcompile's command line (allow_forks) and no EP has run here: the same answer, crash containment and time
+    bound, without a new interpreter's imports."""
+    if fork and _forks_allowed and not _ep_ran_here:
         return _run_forked(main, spec, mark, timeout)
     child = launch(main, json.dumps(spec), capture=True)
     try:
@@ -150,6 +163,7 @@ def _forked_child(entry: Any, spec: str, out: int, err: int, parent: int) -> NoR
     code = 0
     try:
         die_with_parent(parent)
+        _name_process(entry.__module__.rsplit(".", 1)[-1])  # ps and /proc/PID/comm tell the fork from its parent
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # the parent's handlers (staging clean-up) are not the fork's
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         faulthandler.disable()  # (enabled here, it would write a crash's dump to the parent's stderr)
@@ -164,6 +178,13 @@ def _forked_child(entry: Any, spec: str, out: int, err: int, parent: int) -> NoR
         traceback.print_exc()
         code = 1
     leave(code)
+
+
+def _name_process(name: str) -> None:
+    try:
+        ctypes.CDLL(None).prctl(_PR_SET_NAME, name.encode()[:15])
+    except (OSError, AttributeError):
+        pass  # not Linux: the name is only for people looking
 
 
 def _wait(pid: int, timeout: float) -> int | None:

@@ -1,9 +1,12 @@
-"""One-shot children as forks (child.run_child(fork=True)): the compile driver asks the compatibility check in a fork
-of itself, which has onnxruntime imported and the EP registered, instead of a fresh interpreter (~0.2 CPU s).
+"""One-shot children as forks (child.run_child(fork=True)): the command line asks the compatibility check and the
+option check in a fork of itself, which has onnxruntime imported and the EP registered, instead of a fresh
+interpreter (~0.2 CPU s each).
 
 A fork must answer as the fresh child does, keep crashes and hangs out of this process, never write to this
 process's streams, and never be used once an EP has compiled or run here (QNN's compatibility check segfaults in a
-process that compiled with it): those are what these tests hold, with the real QNN EP.
+process that compiled with it), nor in a process that is not ortcompile's command line (an application may have used
+the EP through onnxruntime directly: a fork of this pytest process, after other test files ran QNN here, got another
+verdict than a fresh child). Those are what these tests hold, with the real QNN EP.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -60,7 +64,9 @@ def _children_cpu(work: Callable[[], object]) -> float:
 
 @pytest.fixture
 def no_ep_ran_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This pytest process may have run QNN sessions in earlier tests: start each test from a process that did not."""
+    """As the command line is until an EP runs in it (for entries that touch no EP: this pytest process may have run
+    QNN sessions in earlier tests)."""
+    monkeypatch.setattr(child, "_forks_allowed", True)
     monkeypatch.setattr(child, "_ep_ran_here", False)
 
 
@@ -100,13 +106,35 @@ def test_a_hanging_fork_is_killed_at_the_time_bound(no_ep_ran_here: None, tmp_pa
         os.waitpid(pid, os.WNOHANG)
 
 
-def test_the_compatibility_verdict_from_a_fork_is_the_fresh_childs(qnn_model: Path, no_ep_ran_here: None) -> None:
-    fresh: list[dict[str, object]] = []
-    forked: list[dict[str, object]] = []
-    fresh_cpu = _children_cpu(lambda: fresh.append(check_compatibility(qnn_model).to_json()))
-    fork_cpu = _children_cpu(lambda: forked.append(check_compatibility(qnn_model, fork=True).to_json()))
-    assert forked == fresh and fresh[0]["eps"][0]["verdict"] == "unknown"  # (QNN judges only NPU devices)
-    assert fresh_cpu > FRESH_INTERPRETER_CPU > fork_cpu, (fresh_cpu, fork_cpu)
+VERDICTS_FROM_A_CLEAN_PROCESS = r"""
+import json, resource, sys
+from ortcompile import child
+from ortcompile.eps import check_compatibility, resolve
+
+def children_cpu(work):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = work()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return result, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+
+resolve("qnn")  # what the command line has done when it asks: registered the EP, listed its devices
+library, library_cpu = children_cpu(lambda: check_compatibility(sys.argv[1], fork=True).to_json())  # not the CLI: fresh
+child.allow_forks()
+forked, fork_cpu = children_cpu(lambda: check_compatibility(sys.argv[1], fork=True).to_json())
+fresh, fresh_cpu = children_cpu(lambda: check_compatibility(sys.argv[1]).to_json())
+print(json.dumps({"library": library, "forked": forked, "fresh": fresh, "cpu": [library_cpu, fork_cpu, fresh_cpu]}))
+"""
+
+
+def test_the_compatibility_verdict_from_a_fork_is_the_fresh_childs(qnn_model: Path) -> None:
+    # a process: what a fork carries is the state of the process it is forked from
+    run = subprocess.run([sys.executable, "-c", VERDICTS_FROM_A_CLEAN_PROCESS, str(qnn_model)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    answer = json.loads(run.stdout.splitlines()[-1])
+    library_cpu, fork_cpu, fresh_cpu = answer["cpu"]
+    assert answer["forked"] == answer["fresh"] == answer["library"]
+    assert answer["fresh"]["eps"][0]["verdict"] == "unknown" and "NPU" in answer["fresh"]["eps"][0]["reason"]  # (QNN judges NPUs only)
+    assert library_cpu > FRESH_INTERPRETER_CPU > fork_cpu and fresh_cpu > FRESH_INTERPRETER_CPU, answer["cpu"]
 
 
 def test_no_fork_once_an_ep_runs_here(qnn_model: Path, no_ep_ran_here: None) -> None:
