@@ -38,3 +38,13 @@ def test_an_unrecorded_version_is_asked(monkeypatch: pytest.MonkeyPatch) -> None
     supported = ortstep.ep_supports_write_callback(ep)
     assert child._ep_ran_here  # the probe ran: it built QNN session options
     assert ortstep._CALLBACK_SUPPORT[ep.name] is supported is ortstep.ask_write_callback_support(ep)
+
+
+def test_the_callers_own_process_always_asks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """compile_to_buffers compiles in the caller's process: there the probe is where QNN starts, under the output
+    redirect (its banner would otherwise reach the program's stdout from an abandoned compile)."""
+    ep = resolve("qnn")
+    monkeypatch.setattr(ortstep, "_CALLBACK_SUPPORT", {})
+    monkeypatch.setattr(child, "_ep_ran_here", False)
+    assert ortstep.ep_supports_write_callback(ep, recorded=False) is ortstep.ask_write_callback_support(ep)
+    assert child._ep_ran_here

@@ -107,7 +107,7 @@ def compile_with_ort(request: OrtCompile, make_data_pass: Callable[[], DataPass]
     `on_fallback` hears about the retry (and may raise to refuse it).
     """
     ep = request.ep
-    if ep.info.compiles and ep_supports_write_callback(ep):
+    if ep.info.compiles and ep_supports_write_callback(ep, recorded=not request.in_process):
         data_pass = make_data_pass()
         try:
             return _attempt(request, data_pass, use_callback=True), data_pass
@@ -260,14 +260,18 @@ def _cpu_can_load(source: Path) -> bool:
     return True
 
 
-def ep_supports_write_callback(ep: ResolvedEp) -> bool:
-    """Ask once per process with the one-node model, unless KNOWN_CALLBACK_SUPPORT has this EP's answer: ORT refuses
-    an unsupported callback only after loading and partitioning the whole model (3 s and 2.4 GB of RSS for a 2.4 GB
-    model), never mind the EP compile."""
+def ep_supports_write_callback(ep: ResolvedEp, recorded: bool = True) -> bool:
+    """Ask once per process with the one-node model, unless KNOWN_CALLBACK_SUPPORT has this EP's answer (`recorded`):
+    ORT refuses an unsupported callback only after loading and partitioning the whole model (3 s and 2.4 GB of RSS
+    for a 2.4 GB model), never mind the EP compile. In the caller's own process (compile_to_buffers) it is always
+    asked: the probe is also where the EP first starts, under the output redirect, so its banner (QNN prints one to
+    stdout) does not reach the program's stdout from a compile an interrupt abandoned (test_buffers' interrupted
+    program)."""
     if ep.name not in _CALLBACK_SUPPORT:
         import onnxruntime as ort
 
-        known = KNOWN_CALLBACK_SUPPORT.get((ep.name, ep.version, ort.__version__)) if ep.info.library is None else None
+        table = KNOWN_CALLBACK_SUPPORT if recorded and ep.info.library is None else {}
+        known = table.get((ep.name, ep.version, ort.__version__))
         _CALLBACK_SUPPORT[ep.name] = known if known is not None else ask_write_callback_support(ep)
     return _CALLBACK_SUPPORT[ep.name]
 
