@@ -217,8 +217,9 @@ class CompileJob:
 
     def compatibility(self) -> dict[str, Any] | None:
         """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
-        that compiled; a fork of this one, whose EP work ran in worker children). None unless asked (options.compatibility: the CLI's --json), and for a library given with
-        --ep-library, which the child cannot find by name."""
+        that compiled; from the command line a fork of this one, whose EP work ran in worker children). None unless
+        asked (options.compatibility: the CLI's --json), and for a library given with --ep-library, which the child
+        cannot find by name."""
         options = self.plan.options
         if options.ep_library or not options.compatibility:
             return None
