@@ -5,6 +5,7 @@
     python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --also /work/main     # and another tree's ortcompile
     python bench/bench_whole_qnn.py --gb 1.6 --reps 2 --raw-thp             # and raw with the worker's huge pages
     python bench/bench_whole_qnn.py --model common_det.onnx --reps 5       # a static real model instead
+    python bench/bench_whole_qnn.py --model common_det.onnx --reps 5 --plain --check-default  # and without --json, and the default check
 
 Model: tests/bigmodel.py's MatMul/Add chain (3 x 256 MiB fp32 weights per QNN partition, a damped Sinh on the
 CPU between partitions). `raw` = bench_compile.RAW_SCRIPT (one ModelCompiler.compile_to_file, the default
@@ -13,6 +14,11 @@ every output included); `raw+thp` = raw with the environment ortcompile gives it
 malloc on transparent huge pages, child.HUGE_PAGES_TUNABLE), so the gain from it is shown apart. Each run is
 a fresh process after `sync`; methods rotate every repetition. Prints each run (wall and the tree's user + system
 CPU), then medians, ortcompile / raw, and ortcompile's own prepare time (`timings.prepare`).
+
+Each tree's bytecode is compiled first (`compileall`, what `pip install` does): with PYTHONDONTWRITEBYTECODE set
+and no __pycache__ (a source checkout here), every ortcompile interpreter compiled ~110 modules from source, ~0.3
+CPU s per compile that an installed ortcompile never pays (`--source-only` times it that way). `--plain` also times
+each tree without --json (no compatibility verdict: raw gives none); `--check-default` also with the default check.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import os
 import resource
 import shutil
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -44,8 +51,10 @@ def command(method: str, trees: dict[str, Path], model: Path, out: Path) -> tupl
     if method.startswith("raw"):
         env = {"GLIBC_TUNABLES": HUGE_PAGES_TUNABLE} if method == "raw+thp" else {}
         return [sys.executable, "-c", RAW_SCRIPT, str(model), str(out / "m_ctx.onnx"), "qnn", *RAW_TARGET_OPTIONS], env
-    argv = [sys.executable, "-m", "ortcompile", "compile", str(model), "-o", str(out), "--ep", "qnn", "--check", "none", "--json"]
-    return argv, {"PYTHONPATH": str(trees[method])}
+    tree, _, variant = method.partition(" ")  # "ortcompile", "ortcompile plain", "ortcompile check-default"
+    check = [] if variant == "check-default" else ["--check", "none"]
+    argv = [sys.executable, "-m", "ortcompile", "compile", str(model), "-o", str(out), "--ep", "qnn", *check, *([] if variant == "plain" else ["--json"])]
+    return argv, {"PYTHONPATH": str(trees[tree])}
 
 
 def main() -> None:
@@ -55,6 +64,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--also", type=Path, action="append", default=[], help="another source tree to time (e.g. main)")
     parser.add_argument("--raw-thp", action="store_true", help="also time raw with glibc's malloc on transparent huge pages")
+    parser.add_argument("--plain", action="store_true", help="also time each tree without --json (no compatibility verdict)")
+    parser.add_argument("--check-default", action="store_true", help="also time each tree with the default check")
+    parser.add_argument("--source-only", action="store_true", help="do not compile the trees' bytecode first (as a checkout here runs)")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
     work = (args.workdir or Path(os.environ.get("TMPDIR", "/tmp")) / "bench_whole_qnn").absolute()
@@ -67,8 +79,13 @@ def main() -> None:
     model = SimpleNamespace(path=given, total_bytes=given.stat().st_size) if given else \
         write_qnn_model(work / "src", "m", partitions=groups, layers_per_partition=3, damping=0.25)
     trees = {"ortcompile": REPO, **{f"ortcompile@{t.name}": t.resolve() for t in args.also}}
-    methods = ["raw", *(["raw+thp"] if args.raw_thp else []), *trees]
-    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB{'' if given else f', {groups} QNN partitions'}; load {os.getloadavg()[0]:.2f}", flush=True)
+    if not args.source_only:
+        for tree in trees.values():
+            subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "ortcompile")], check=True, stdout=subprocess.DEVNULL)
+    variants = ["", *([" plain"] if args.plain else []), *([" check-default"] if args.check_default else [])]
+    methods = ["raw", *(["raw+thp"] if args.raw_thp else []), *(tree + v for tree in trees for v in variants)]
+    print(f"{model.path.name}: {model.total_bytes / 1e9:.2f} GB{'' if given else f', {groups} QNN partitions'}; "
+          f"{'bytecode from source' if args.source_only else 'bytecode compiled'}; load {os.getloadavg()[0]:.2f}", flush=True)
     results: dict[str, list[dict[str, Any]]] = {m: [] for m in methods}
     for rep in range(args.reps):
         for method in methods[rep % len(methods):] + methods[: rep % len(methods)]:
@@ -84,7 +101,7 @@ def main() -> None:
             result["cpu"] = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
             for name in env:
                 os.environ.pop(name, None)
-            if result["rc"] == 0 and not method.startswith("raw"):
+            if result["rc"] == 0 and not method.startswith("raw") and " plain" not in method:
                 result["prepare"] = json.loads(result["stdout"])["outputs"][0]["timings"].get("prepare")
             results[method].append(result)
             print(f"  {method:22s} rc={result['rc']} wall {result['wall']:6.1f}s cpu {result['cpu']:6.1f}s peak {result['peak_rss'] / GiB:5.2f} GiB"

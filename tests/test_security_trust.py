@@ -335,9 +335,10 @@ def _children(pid: int, marker: str) -> list[int]:
         try:
             status = Path(f"/proc/{entry}/stat").read_text()
             command = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+            name = Path(f"/proc/{entry}/comm").read_text().strip()  # a forked child names itself after its module
         except OSError:
             continue
-        if int(status.rsplit(")", 1)[1].split()[1]) == pid and marker in command:
+        if int(status.rsplit(")", 1)[1].split()[1]) == pid and (marker in command or name == marker.rsplit(".", 1)[-1]):
             found.append(int(entry))
     return found
 

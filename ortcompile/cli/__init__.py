@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from ortcompile.child import allow_forks
 from ortcompile.cli.output import Output, flush, library_warnings, output_options, report_exception, report_interrupt
 from ortcompile.errors import Interrupted
 from ortcompile.native import logging_settings
@@ -71,6 +72,7 @@ def run() -> None:
     failed shared-context compile) turning a clean exit code into a crash.
     """
     _raise_on_termination_signals()
+    allow_forks()  # one-shot children may be forks of this process (child.run_child)
     try:
         code = main.main(standalone_mode=False)
     except _Stopped as stop:

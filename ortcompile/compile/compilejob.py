@@ -218,12 +218,13 @@ class CompileJob:
 
     def compatibility(self) -> JsonObject | None:
         """ONNX Runtime's verdict on the published model here (each EP asked in a child: QNN's check crashes a process
-        that compiled). None unless asked (options.compatibility: the CLI's --json), and for a library given with
-        --ep-library, which the child cannot find by name."""
+        that compiled; from the command line a fork of this one, whose EP work ran in worker children). None unless
+        asked (options.compatibility: the CLI's --json), and for a library given with --ep-library, which the child
+        cannot find by name."""
         options = self.plan.options
         if options.ep_library or not options.compatibility:
             return None
         clock = time.perf_counter()
-        report = check_compatibility(self.plan.target.model_path).to_json()
+        report = check_compatibility(self.plan.target.model_path, fork=True).to_json()  # (this process only planned)
         self.timings["compatibility"] = time.perf_counter() - clock
         return report

@@ -38,6 +38,12 @@ class NothingCompiled(CompilationFailed):
     def __reduce__(self) -> tuple[type, tuple[str, str | None, bool | None, str]]:  # type: ignore[override]
         return (type(self), (self.message, self.detail, self.ep_starts, self.model))
 _CALLBACK_SUPPORT: dict[str, bool] = {}  # EP name -> accepts the EP-context write callback (asked once per process)
+# Measured answers, so a fresh worker does not ask again on every compile (the one-node probe: 0.04-0.06 CPU s of a
+# 0.4-1.6 s small-model compile): (EP name, EP version, onnxruntime version) -> accepts the callback. Any other
+# version, or a library given by path (its own version), is asked. tests/test_compile_probe.py asks the installed one.
+KNOWN_CALLBACK_SUPPORT: dict[tuple[str, str, str], bool] = {
+    ("QNNExecutionProvider", "2.7.0", "1.31.1"): False,  # onnxruntime-qnn 2.7.0 writes its own context binary files
+}
 
 
 @dataclass
@@ -101,7 +107,7 @@ def compile_with_ort(request: OrtCompile, make_data_pass: Callable[[], DataPass]
     `on_fallback` hears about the retry (and may raise to refuse it).
     """
     ep = request.ep
-    if ep.info.compiles and ep_supports_write_callback(ep):
+    if ep.info.compiles and ep_supports_write_callback(ep, recorded=not request.in_process):
         data_pass = make_data_pass()
         try:
             return _attempt(request, data_pass, use_callback=True), data_pass
@@ -254,11 +260,24 @@ def _cpu_can_load(source: Path) -> bool:
     return True
 
 
-def ep_supports_write_callback(ep: ResolvedEp) -> bool:
-    """Ask once per process with the one-node model: ORT refuses an unsupported callback only after loading
-    and partitioning the whole model (3 s and 2.4 GB of RSS for a 2.4 GB model), never mind the EP compile."""
-    if ep.name in _CALLBACK_SUPPORT:
-        return _CALLBACK_SUPPORT[ep.name]
+def ep_supports_write_callback(ep: ResolvedEp, recorded: bool = True) -> bool:
+    """Ask once per process with the one-node model, unless KNOWN_CALLBACK_SUPPORT has this EP's answer (`recorded`):
+    ORT refuses an unsupported callback only after loading and partitioning the whole model (3 s and 2.4 GB of RSS
+    for a 2.4 GB model), never mind the EP compile. In the caller's own process (compile_to_buffers) it is always
+    asked: the probe is also where the EP first starts, under the output redirect, so its banner (QNN prints one to
+    stdout) does not reach the program's stdout from a compile an interrupt abandoned (test_buffers' interrupted
+    program)."""
+    if ep.name not in _CALLBACK_SUPPORT:
+        import onnxruntime as ort
+
+        table = KNOWN_CALLBACK_SUPPORT if recorded and ep.info.library is None else {}
+        known = table.get((ep.name, ep.version, ort.__version__))
+        _CALLBACK_SUPPORT[ep.name] = known if known is not None else ask_write_callback_support(ep)
+    return _CALLBACK_SUPPORT[ep.name]
+
+
+def ask_write_callback_support(ep: ResolvedEp) -> bool:
+    """The one-node probe itself (what KNOWN_CALLBACK_SUPPORT records the answers of)."""
     import tempfile
 
     import onnxruntime as ort
@@ -273,7 +292,6 @@ def ep_supports_write_callback(ep: ResolvedEp) -> bool:
                 compiler.compile_to_stream(io.BytesIO().write)
         except Exception as exc:  # anything else is for the real compile to report
             supported = not callback_unsupported(exc)
-    _CALLBACK_SUPPORT[ep.name] = supported
     return supported
 
 

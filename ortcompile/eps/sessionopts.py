@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from ortcompile.child import note_ep_ran_here
+from ortcompile.eps.catalog import CPU_EP
 from ortcompile.native import configure_session_logging
 
 if TYPE_CHECKING:
@@ -33,6 +35,8 @@ def session_options(ep: ResolvedEp | None, dims: Mapping[str, int] | None = None
         options.graph_optimization_level = graph_optimization_level
     if ep is not None:
         ep.configure(options, provider_options)
+        if ep.name != CPU_EP:
+            note_ep_ran_here()  # about to compile or run with it here: no fork of this process asks the EP anything
     for name, value in (dims or {}).items():
         options.add_free_dimension_override_by_name(name, value)
     for key, value in (config or {}).items():
