@@ -28,8 +28,16 @@ def test_the_reference_beside_the_ep_run_gives_the_sequential_verdict(tmp_path: 
     assert set(check["seconds"]) == {"compiled", "run", "source_on_cpu", "source_run"}
     assert check["seconds"]["compiled"] > 0 and check["seconds"]["run"] > 0  # (a KB-sized reference may round to 0 ms)
     assert result["timings"]["check"] >= check["seconds"]["compiled"] + check["seconds"]["run"]
-    assert re.search(r"check: loads, runs and agrees with the source on the CPU EP on \d+ input sets \(.*; load \d+\.\d\ds, "
-                     r"run \d+\.\d\ds, source on the CPU \d+\.\d\ds beside the run; \d+\.\d\ds\)", proc.stderr), proc.stderr
+    runs = check["run_seconds"]  # one run of the compiled model per input set: the check's cost
+    assert len(runs) == len(check["input_sets"]) > 1 and all(r > 0 for r in runs)
+    assert sum(runs) <= check["seconds"]["run"] + 0.002 * len(runs)  # (each rounded to the ms)
+    assert check["cpu_seconds"] > 0
+    each = sum(runs) / len(runs)
+    line = re.search(r"check: loads, runs and agrees with the source on the CPU EP on \d+ input sets \(.*; load \d+\.\d\ds, "
+                     r"run \d+\.\d\ds \((\d+\.\d\d)s a set\), source on the CPU \d+\.\d\ds beside the run; \d+\.\d\ds, CPU (\d+\.\d\d)s\)",
+                     proc.stderr)
+    assert line, proc.stderr
+    assert abs(float(line[1]) - each) < 0.01 and abs(float(line[2]) - check["cpu_seconds"]) < 0.01
 
     compiled = tmp_path / "out" / "mlp_ctx.onnx"
     beside = check_request(compiled, source, EpRequest("qnn"), "run", check["criterion"]["precision"], check["dims"])

@@ -101,7 +101,8 @@ def test_compile_verify_runs_one_comparison_and_times_it(split: Path, tmp_path: 
     document = json.loads(proc.stdout)["outputs"][0]
     assert document["timings"]["check"] > 0 and document["timings"]["verify"] == 0.0
     assert document["check"]["mode"] == "run" and document["check"]["ok"]
-    assert re.search(r"check: loads, runs and agrees with the source on the CPU EP (on \d+ input sets )?\(.*; \d+\.\d\ds\)", proc.stderr), proc.stderr
+    checked = r"check: loads, runs and agrees with the source on the CPU EP (on \d+ input sets )?\(.*; \d+\.\d\ds, CPU \d+\.\d\ds\)"
+    assert re.search(checked, proc.stderr), proc.stderr
     assert re.search(r"verified: outputs match the source on the CPU EP \(max abs diff [0-9.e+-]+; parity\), in the pre-publish check", proc.stderr)
     assert "verifying against the source" not in proc.stderr
 

@@ -10,6 +10,7 @@ model's runs (reference.py; the pre-publish check asks for it).
 from __future__ import annotations
 
 import gc
+import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,7 +82,9 @@ class ParityReport:
     error: str = ""  # one line: what failed, with the EP's root cause
     exit_code: int = VerificationFailed.exit_code  # of the failure: 5 outputs differ; 1 a session could not be created or run
     hint: str = ""  # the likely cause and what to try
-    seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu
+    seconds: dict[str, float] = field(default_factory=dict)  # compiled (load), run, source_on_ep, source_on_cpu, source_run
+    run_seconds: list[float] = field(default_factory=list)  # each input set's run of the compiled model, in `sets` order
+    cpu_seconds: float = 0.0  # user + system CPU of the whole comparison in its process (every thread: EP, simulator, reference)
     placement: dict[str, dict[str, int]] = field(default_factory=dict)  # EP -> op type -> nodes
     placement_nodes: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # EP -> [{name, op_type, domain}]
     criterion: Criterion | None = None  # the one the outputs were judged by (None: nothing was compared)
@@ -118,6 +121,7 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
     """In the worker child: load (and run) the compiled model on its EP; compare with the source on the CPU EP."""
     report = ParityReport(request.mode)
     ep = request.ep.resolve()
+    cpu = _cpu_seconds()
     try:
         reference = SourceReference(request.source, request.dims, request.config, request.concurrent_reference)
         report.concurrent_reference = request.concurrent_reference and request.mode == "run"
@@ -134,7 +138,14 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
     except OrtCompileError as exc:
         report.ok, report.error, report.exit_code = False, exc.message, exc.exit_code
         report.hint = likely_cause(exc.detail or exc.message) or _switch_hint(request.source)
+    report.cpu_seconds = _cpu_seconds() - cpu
     return report
+
+
+def _cpu_seconds() -> float:
+    """This process's user + system CPU so far (all threads): on a shared machine the wall time says little."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _switch_hint(source: Path) -> str:
@@ -168,11 +179,19 @@ def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporte
     reporter.stage(f"running {request.model.name} on {ep.name}")
     clock = time.perf_counter()
     with reference.beside(feeds):
-        outputs = [run_session(timed.session, f, label, ep) for f in feeds]
+        outputs = [_timed_run(timed.session, f, label, ep, report) for f in feeds]
         report.seconds["run"] = time.perf_counter() - clock
     del timed
     gc.collect()
     return outputs, feeds
+
+
+def _timed_run(session: Any, feeds: Arrays, label: str, ep: Any, report: ParityReport) -> Arrays:
+    """One input set's run on the EP, its seconds kept (the check's cost is this times the sets)."""
+    clock = time.perf_counter()
+    outputs = run_session(session, feeds, label, ep)
+    report.run_seconds.append(time.perf_counter() - clock)
+    return outputs
 
 
 def _feeds(request: ParityRequest, session: Any, report: ParityReport) -> list[Arrays]:
