@@ -97,8 +97,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--skip-qnn", action="store_true")
     parser.add_argument("--pass-through", action="store_true", help="also --ep cpu of the same model")
-    parser.add_argument("--pass-through-check", default="auto", help="its --check (auto: a load check; on fp16 weights ORT's CPU session "
-                        "converts them to fp32 in memory: ~2 x the weights, so 16 GB does not fit in 24 GiB: use none)")
+    parser.add_argument("--pass-through-check", default="auto", help="its --check (auto: a load check, at ORT's basic optimization level: the extended "
+                        "levels copied fp16 weights to fp32 in memory, ~2 x the weights)")
     parser.add_argument("--keep", action="store_true", help="keep the generated model")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
