@@ -100,6 +100,8 @@ def _compile_planned(jobs: list[CompileJob]) -> list[CompileResult]:
         except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...
             raise output_error(exc, f"outputs in {output_dir}") from exc
         unchecked = SHARED_CONTEXT_UNLOADABLE.get(jobs[0].plan.ep.name) if jobs[0].plan.compiles else None
+        if unchecked:
+            workers.renew()  # the batch's worker may hold what the EP kept of both graphs: not beside a twin's compile
         checked = checked_on_twins(jobs, staging.path, unchecked) if unchecked else None
         finished = finish(builds, staging, workers, digests, shared=_shared_names(builds), unchecked=unchecked, checked=checked)
         return [job.result(built, done) for job, built, done in zip(jobs, builds, finished)]
