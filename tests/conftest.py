@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pytest
-from helpers import FIXTURES, register_qnn
+from helpers import FIXTURES, CliResult, register_qnn, run_cli
 
 # Modules whose assertions are about the RSS of this (pytest's) process run first. What other modules do here (sessions,
 # compiles, in-process CLI runs) changes how freed memory is reused, and with it the RSS growth they measure: after
@@ -37,3 +39,31 @@ def fixture_copy(tmp_path: Path):
         return target
 
     return copy
+
+
+@pytest.fixture(scope="session")
+def documented_compile(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, str], tuple[CliResult, Path]]:
+    """documented_compile(model_id, command) -> (result, out): a command of docs/real-models.md's table
+    (`ortcompile compile MODEL.onnx -o out/ ...`, run in this process with `--json`) once per session, its `out/` a
+    directory of its own and its `realistic.npz` the model's realistic inputs. test_real_models judges each command's
+    outcome; test_verify_real_models verifies the same outputs instead of compiling them again (the OCR detector and
+    rxnmap take tens of seconds each on the simulator). Callers only read the output: copy it to change it."""
+    import corpus
+
+    root = tmp_path_factory.mktemp("documented")
+    done: dict[str, tuple[CliResult, Path]] = {}
+
+    def compile_once(model_id: str, command: str) -> tuple[CliResult, Path]:
+        if command not in done:
+            model = corpus.require_model(model_id)
+            where = root / str(len(done))
+            where.mkdir()
+            out = where / "out"
+            realistic = where / corpus.REALISTIC_FILE  # a user's own sample: the realistic inputs, as an .npz
+            np.savez(realistic, **corpus.make_inputs(model, "realistic"))
+            swap = {f"{model.name}.onnx": str(model.path), "out/": str(out), corpus.REALISTIC_FILE: str(realistic)}
+            args = [swap.get(a, a) for a in command.split()[2:]]  # after "ortcompile compile"
+            done[command] = (run_cli("compile", *args, "--json"), out)  # in this process: the outcome is the subject
+        return done[command]
+
+    return compile_once

@@ -126,12 +126,20 @@ def _compile_split_cli(out: Path, *models: Path, fresh_process: bool = False) ->
     return check_output_dir(out, "split")
 
 
-def test_compiling_twice_gives_identical_bytes(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def split_alone(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """split.onnx compiled alone in a fresh process (QNN, --embed never): (its output directory, its manifest). The
+    first of the two runs compared below, and the reference a batch's split must equal: read only."""
+    out = tmp_path_factory.mktemp("split-alone") / "out"
+    return out, _compile_split_cli(out, fresh_process=True)
+
+
+def test_compiling_twice_gives_identical_bytes(split_alone: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """Deterministic output: same input and options in a fresh process -> the same bytes in every file."""
-    first, second = _compile_split_cli(tmp_path / "1", fresh_process=True), _compile_split_cli(tmp_path / "2", fresh_process=True)
+    (first_dir, first), second = split_alone, _compile_split_cli(tmp_path / "2", fresh_process=True)
     assert first == second
     for entry in first["files"]:
-        assert (tmp_path / "1" / entry["name"]).read_bytes() == (tmp_path / "2" / entry["name"]).read_bytes()
+        assert (first_dir / entry["name"]).read_bytes() == (tmp_path / "2" / entry["name"]).read_bytes()
 
 
 def test_cli_and_api_agree(tmp_path: Path) -> None:
@@ -144,10 +152,10 @@ def test_cli_and_api_agree(tmp_path: Path) -> None:
     assert cli["files"] == api["files"]
 
 
-def test_multi_model_cli_is_deterministic(tmp_path: Path) -> None:
+def test_multi_model_cli_is_deterministic(split_alone: tuple[Path, dict[str, Any]], tmp_path: Path) -> None:
     """QNN keeps process-global counters that end up in the blob (functional-3): a model compiled after
-    another one in the same command must still give the bytes it gives alone."""
-    alone = _compile_split_cli(tmp_path / "alone", fresh_process=True)
+    another one in the same command must still give the bytes it gives alone (the module's run of it alone)."""
+    alone = split_alone[1]
     after_mlp = _compile_split_cli(tmp_path / "after", FIXTURES / "mlp.onnx", fresh_process=True)
     assert alone["files"] == after_mlp["files"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import corpus
 import numpy as np
 import pytest
-from helpers import CliResult, cpu_session, qnn_session, run_cli
+from helpers import CliResult, cpu_session, qnn_session
 
 from ortcompile.readback.compare import compare_output
 from ortcompile.readback.criteria import criterion_for
@@ -68,15 +68,11 @@ def test_no_row_publishes_an_output_that_does_not_load() -> None:
 
 
 @pytest.mark.parametrize("row", table(), ids=lambda r: r.id)
-def test_row(row: Row, tmp_path: Path) -> None:
+def test_row(row: Row, documented_compile: Any) -> None:
     model = corpus.require_model(row.model)
-    out = tmp_path / "out"
-    args = row.command.split()[2:]  # after "ortcompile compile"
-    realistic = tmp_path / corpus.REALISTIC_FILE  # a user's own sample: the realistic inputs, as an .npz
-    np.savez(realistic, **corpus.make_inputs(model, "realistic"))
-    swap = {f"{model.name}.onnx": str(model.path), "out/": str(out), corpus.REALISTIC_FILE: str(realistic)}
-    args = [swap.get(a, a) for a in args]
-    proc = run_cli("compile", *args, "--json")  # in this process: the outcome is the subject, not a process (~2 s of start-up a row)
+    # the command with the model, a fresh out/ and realistic.npz swapped in, run once per session (conftest.py):
+    # test_verify_real_models verifies the same outputs
+    proc, out = documented_compile(row.model, row.command)
     if row.outcome.startswith("exit "):
         _assert_refused(row, proc, out)
     else:

@@ -2,8 +2,10 @@
 
 Each model is compiled for QNN (the HTP simulator: fp16, default target) with the pins a user would give
 (`CorpusModel.cli_pins()`), through the CLI, then verified through the CLI with its defaults, as a release job
-would run it. Compiles use `--check load`: the pre-publish run would repeat what verify does (the OCR detector's
-run alone takes ~30 s on the simulator). verify uses `--no-time-source`: timing the source's load on QNN means
+would run it. That compile is docs/real-models.md's command for the model, run once per session (conftest.py's
+`documented_compile`) and shared with test_real_models, which judges its outcome; the other compiles here (other
+options, models the table has no such row for) use `--check load`: the pre-publish run would repeat what verify
+does (the OCR detector's run alone takes ~30 s on the simulator). verify uses `--no-time-source`: timing the source's load on QNN means
 compiling it a second time and proves nothing about the outputs.
 
 - Every model that compiles verifies with exit 0 at the default fp16 criterion on generated inputs, except the
@@ -125,15 +127,26 @@ def manifest_of(model: Path) -> Path:
     return model.with_name(model.name.removesuffix(".onnx") + ".manifest.json")
 
 
+DOC = Path(__file__).resolve().parent.parent / "docs" / "real-models.md"
+
+
 @pytest.fixture(scope="module")
-def build(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """build(model_id, *extra, pins=True) -> the model compiled with its pins and EXTRA (once per module)."""
+def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> Any:
+    """build(model_id, *extra, pins=True) -> the model compiled with its pins and EXTRA (once per module). A plain
+    QNN compile with the pins is docs/real-models.md's command for the model: its output, which test_real_models
+    loads and judges, is the one verified here (compiled once per session, with the default check)."""
     corpus.require_corpus()
     root = tmp_path_factory.mktemp("real")
+    table = DOC.read_text()
 
     @cache
     def compile_once(model_id: str, *extra: str, pins: bool = True) -> Path:
         model = corpus.require_model(model_id)
+        documented = " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", "qnn", *model.cli_pins()])
+        if pins and not extra and f"`{documented}`" in table:
+            result, out = documented_compile(model_id, documented)
+            assert result.returncode == 0, f"{model_id}: {result.stderr}"
+            return out / f"{model.name}_ctx.onnx"
         out = root / f"{model.name}-{len(list(root.iterdir()))}"
         result = cli("compile", model.path, "-o", out, *(model.cli_pins() if pins else []), "--check", "load", "-q", *extra)
         assert result.exit_code == 0, f"{model_id}: {result.stderr}"
