@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import re
@@ -237,3 +238,12 @@ def available_memory() -> int:
     """MemAvailable (Linux), else the physical memory: what parts may use by default."""
     available = proc_kib_field("/proc/meminfo", "MemAvailable")
     return available if available is not None else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def return_freed_memory() -> None:
+    """Give the heap glibc keeps after large frees back to the OS (malloc_trim), so that this process does not hold
+    what a finished session used while a worker child compiles; a no-op where there is no glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -18,11 +18,13 @@ from typing import Any
 from ortcompile.compile.partition import PartitionPlan, plan_partition
 from ortcompile.compile.split import part_model_of
 from ortcompile.errors import CompilationFailed
+from ortcompile.native import return_freed_memory
 from ortcompile.onnxfacts import stored_nbytes
 from ortcompile.optiontable import PARTITION_AUTO
 from ortcompile.plan.planner import DEFAULT_CONTEXT_SIZE
 from ortcompile.plan.shapes import Pins, apply_pins
 from ortcompile.readback.given import Given
+from ortcompile.run.sessions import LEAN_CONFIG, open_session
 
 AUTO = PARTITION_AUTO  # --partition auto: parts only when the weights would make a context over the EP's limit
 # What QNN holds while it compiles a weight, per stored byte, where that is more than the stored byte: the packed int4
@@ -103,16 +105,16 @@ def even_budget(model: Any, sizes: dict[str, int], budget: int) -> int:
 def part_check_inputs(parts: list[Path], given: dict[str, Given]) -> list[dict[str, Given]]:
     """Each part's inputs for the pre-publish check: the graph's decoder inputs (inputs.py) it reads, and the hidden
     states the earlier (uncompiled) parts compute from them on the CPU, as genai would hand them on."""
-    import onnxruntime as ort
-
     values = {name: g.value for name, g in given.items()}
     origin = next(iter(given.values())).origin
     result = []
-    for path in parts:
-        session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    for path in parts:  # lean sessions (no prepacked copy of the weights), one at a time, in this process
+        session = open_session(path, None, config={LEAN_CONFIG: "1"}, label=f"{path.name} on the CPU EP").session
         names = [i.name for i in session.get_inputs()]
         result.append({n: Given(values[n], origin if n in given else f"{origin}: computed by the earlier parts on the CPU") for n in names})
         values.update(zip([o.name for o in session.get_outputs()], session.run(None, {n: values[n] for n in names})))
+        del session
+    return_freed_memory()  # (the worker compiles next: this process should not hold what the parts' sessions used)
     return result
 
 
