@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from ortcompile.bench.residency import PoolEvent, SessionPool, peak_rss_since_reset, release_free_heap, rss_bytes
+from ortcompile.bench.residency import PoolEvent, SessionPool, peak_rss_since_reset, rss_bytes
 from ortcompile.errors import VerificationFailed
 from ortcompile.jsonedge import JsonObject
-from ortcompile.native import peak_rss_bytes, reset_peak_rss
+from ortcompile.native import peak_rss_bytes, reset_peak_rss, return_freed_memory
 from ortcompile.readback.compare import OutputComparison, compare_output
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.feeds import Arrays, make_feeds, specs_from_session
@@ -137,7 +137,7 @@ def run_pipeline(models: list[Path], memory_budget: int | None, cycles: int = 3,
     for stat, model in zip(stats, models):
         pool.add(stat.name, model)
     gc.collect()
-    release_free_heap()  # what the references and model parsing freed must not inflate the baseline
+    return_freed_memory()  # what the references and model parsing freed must not inflate the baseline
     peak_before_pool = peak_rss_bytes()
     tracking_peak = reset_peak_rss()  # the kernel's high-water mark then catches load transients too
     report = BenchReport(pool.ep.name, memory_budget, cycles, graph_capture, stats, baseline_rss=rss_bytes(), ep_startup_rss=ep_startup)

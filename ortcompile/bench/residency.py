@@ -20,7 +20,6 @@ again instead of replaying stale commands.
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import os
 import time
@@ -35,7 +34,7 @@ import numpy as np
 from ortcompile import eps
 from ortcompile.errors import UsageError
 from ortcompile.jsonedge import JsonObject
-from ortcompile.native import vm_hwm_bytes
+from ortcompile.native import return_freed_memory, vm_hwm_bytes
 from ortcompile.onnxfacts import tiny_static_model
 from ortcompile.readback.feeds import numpy_dtype
 from ortcompile.readback.inspect import inspect_model
@@ -52,13 +51,6 @@ def peak_rss_since_reset() -> int | None:
 def rss_bytes() -> int:
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-def release_free_heap() -> None:
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass  # not glibc: freed memory still counts until the allocator returns it
 
 
 def model_file_bytes(model: Path) -> int:
@@ -127,7 +119,7 @@ class SessionPool:
         sessions.run_session(session, {"x": np.ones((1, 8), np.float32)}, "a one-node model", plain)
         del session
         gc.collect()
-        release_free_heap()
+        return_freed_memory()
         return max(0, rss_bytes() - before)
 
     def add(self, name: str, model: str | os.PathLike[str]) -> None:
@@ -153,7 +145,7 @@ class SessionPool:
         if callable(feeds):
             feeds = feeds(entry.session)
         if entry.runs == 0:
-            release_free_heap()
+            return_freed_memory()
         start_rss = rss_bytes()
         outputs = self._run_bound(name, entry, feeds) if self.graph_capture else self._run_plain(name, entry, feeds)
         if entry.runs == 0:  # the first run allocates the arena (and captures): part of the footprint
@@ -171,7 +163,7 @@ class SessionPool:
         entry.binding = None
         del entry.session
         gc.collect()
-        release_free_heap()
+        return_freed_memory()
         self.events.append(PoolEvent("evict", name, time.perf_counter() - start, entry.footprint))
 
     def close(self) -> None:
@@ -198,7 +190,7 @@ class SessionPool:
 
     def _load(self, name: str) -> _Resident:
         options = sessions.session_options(self.ep, self.dims)
-        release_free_heap()  # freed-but-kept heap would be reused by the session and hide its footprint
+        return_freed_memory()  # freed-but-kept heap would be reused by the session and hide its footprint
         start_rss = rss_bytes()
         timed = sessions.open_session(self.models[name], self.ep, options=options, label=name, failure=f"cannot load on {self.ep.name}")
         session, seconds = timed.session, timed.seconds

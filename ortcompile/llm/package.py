@@ -47,6 +47,7 @@ EP = "qnn"  # the EP the package's genai_config.json names (genai's provider "qn
 
 CheckSettings = dict[str, Any]  # CompileOptions' keyword arguments for a graph's check: `check`, and `inputs` (GivenInputs) when it runs
 
+
 @dataclass(frozen=True)
 class LlmOptions:
     context_length: int = 1024  # KV-cache slots (prompt + generated tokens): a phone/laptop NPU's usual size
