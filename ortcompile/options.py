@@ -17,6 +17,8 @@ EmbedPolicy = Literal["auto", "always", "never"]
 CheckMode = Literal["none", "load", "run", "auto"]
 # The two untyped shapes that cross the passes, named once with the reason they stay untyped:
 ALL_PLACEMENT_OPTIONS = ("cpu_nodes", "fallback")  # the options that keep nodes off the EP (compile/cpunodes.py, fallback.py)
+# Every option a refusal may suggest (readback/nextsteps.py): the placement options, --inputs, --check load.
+ALL_REFUSAL_OFFERS = (*ALL_PLACEMENT_OPTIONS, "inputs", "check")
 GivenInputs = dict[str, Any]  # input name -> readback.given.Given (--input/--inputs): a floor above, so named here, not imported
 CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
 AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
@@ -71,8 +73,8 @@ class CompileOptions:
     cpu_nodes: tuple[str, ...] = ()  # --cpu-nodes: node names, op:TYPE or globs kept off the EP, on the CPU EP (compile/cpunodes.py)
     lint: bool = True  # fp16 lint before an fp16 EP's compile (off for the parts of --partition: the whole model was linted)
     fallback: str = "off"  # --fallback auto: move the nodes the check finds diverging to the CPU EP and retry (compile/fallback.py)
-    # The placement options a refusal may suggest when the command the user ran is not this compile (a part of
-    # --partition, a graph of `ortcompile llm`); None: the ones these options take (placement_offers).
+    # The options a refusal may suggest (ALL_REFUSAL_OFFERS) when the command the user ran is not this compile (a
+    # part of --partition, a graph of `ortcompile llm`); None: the ones these options take (refusal_offers).
     offers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
@@ -90,13 +92,14 @@ class CompileOptions:
             raise UsageError(f"--ep-library {self.ep_library}: the CPU EP is built into ONNX Runtime, so no library is loaded for "
                              f"--ep {self.ep}; give --ep the EP name the library registers, or drop --ep-library")
 
-    def placement_offers(self) -> tuple[str, ...]:
-        """The options a refusal may suggest to keep nodes off the EP: the ones __post_init__ accepts beside these."""
+    def refusal_offers(self) -> tuple[str, ...]:
+        """The options a refusal may suggest: --inputs, --check and the placement options __post_init__ accepts
+        beside these."""
         if self.offers is not None:
             return self.offers
         if self.share_weights:
-            return ()
-        return ("cpu_nodes",) if self.partition is not None else ALL_PLACEMENT_OPTIONS
+            return ("inputs", "check")
+        return ("cpu_nodes", "inputs", "check") if self.partition is not None else ALL_REFUSAL_OFFERS
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonObject:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no

@@ -61,7 +61,7 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
     timings["compile"] = time.perf_counter() - clock
     return StitchJob(split.parts_plan, compiled_dir, plan.target, options, plan.ep, plan.source.path,
                      reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results,
-                     offers=options.placement_offers())
+                     offers=options.refusal_offers())
 
 
 def compile_parts(split: SplitResult, compiled_dir: Path, options: CompileOptions, partition: PartitionOptions,

@@ -71,7 +71,7 @@ class StitchJob:
     part_manifests: list[Manifest] = field(default_factory=list)
     source_missing: str = ""  # why `source` is None: the check loads only
     pinned: frozenset[str] = frozenset()  # op types kept off the EP on purpose (compile/nodecut.py): not the EP's refusal
-    offers: tuple[str, ...] = ()  # what a refused check may suggest to keep nodes off the EP (`stitch` takes none of them)
+    offers: tuple[str, ...] = ("check",)  # what a refused check may suggest (`stitch` takes --check, no --inputs or placement)
 
     @classmethod
     def plan_stitch(cls, plan_path: Path, compiled_dir: Path, output_dir: Path, check: str, force: bool, verify: bool,

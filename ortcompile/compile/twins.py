@@ -21,6 +21,7 @@ from ortcompile.compile.compilejob import CompileJob
 from ortcompile.compile.finish import CheckOutcome
 from ortcompile.compile.job import compile_model
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed
+from ortcompile.options import ALL_PLACEMENT_OPTIONS
 from ortcompile.output.manifest import CheckRecord, Manifest
 from ortcompile.progress import SilentReporter
 from ortcompile.readback.nextsteps import next_steps
@@ -52,7 +53,7 @@ def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
             warnings.simplefilter("ignore", OrtCompileWarning)
             result = compile_model(plan.source.path, directory, options, SilentReporter())
     except (CompilationFailed, VerificationFailed) as exc:
-        raise _refusal(exc, reason, options.placement_offers()) from exc
+        raise _refusal(exc, reason, options.refusal_offers()) from exc
     manifest = Manifest.load(result.output_dir / plan.target.names.manifest)
     record = dataclasses.replace(manifest.check or CheckRecord.from_json({}), on=ON_TWIN.format(reason=reason))
     return CheckOutcome(record, result.check, seconds=sum(result.timings.get(k, 0.0) for k in ("compile", "check")))
@@ -61,12 +62,12 @@ def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
 def _refusal(exc: CompilationFailed | VerificationFailed, reason: str, offers: tuple[str, ...]) -> CompilationFailed | VerificationFailed:
     """The twin's refusal, said of the batch, whose next steps differ: keeping nodes off the EP needs a compile
     without --share-weights (the batch refuses --cpu-nodes and --fallback), as far as the twin's command takes them
-    (`offers`: its placement options; none for `ortcompile llm`'s graphs)."""
+    (`offers`: the options its command takes; none for `ortcompile llm`'s graphs)."""
     if NEXT not in exc.message:  # it did not load, or crashed: said as it is
         return exc
     failure = exc.message.split(NEXT, 1)[0]
     flags = {("cpu_nodes", "fallback"): "--fallback auto (or --cpu-nodes NODE)", ("cpu_nodes",): "--cpu-nodes NODE",
-             ("fallback",): "--fallback auto"}.get(tuple(sorted(offers)))
+             ("fallback",): "--fallback auto"}.get(tuple(sorted(set(offers) & set(ALL_PLACEMENT_OPTIONS))))
     step = (f"compile {exc.message.split(':', 1)[0]} without --share-weights and with {flags} to keep the diverging nodes on the CPU EP"
             if flags else None)
     error = type(exc)(f"{failure} (checked on {ON_TWIN.format(reason=reason)}){NEXT}"

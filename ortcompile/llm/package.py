@@ -198,7 +198,7 @@ def _part_checks(model: GenaiModel, graph: Path, parts: list[Path], options: Llm
 
 def _compile_options(options: LlmOptions, pins: dict[str, int], check: CheckSettings) -> CompileOptions:
     return CompileOptions(ep=EP, ep_options=dict(options.ep_options), target=options.target, fix_dims=pins, force=True,
-                          share_weights=options.share_weights, offers=(), **check)  # (`llm` takes no --cpu-nodes, --fallback)
+                          share_weights=options.share_weights, offers=(), **check)  # (`llm` takes no --cpu-nodes, --fallback, --inputs, --check)
 
 
 def _compile(models: list[str], stage: Path, per_model: dict[str, CompileOptions], options: LlmOptions, reporter: Reporter) -> list[CompileResult]:

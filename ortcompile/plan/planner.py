@@ -17,7 +17,7 @@ from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import OrtCompileWarning, UsageError
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputNames, OutputTarget
-from ortcompile.options import ALL_PLACEMENT_OPTIONS, AUTO_RUN_LIMIT, CompileOptions, GivenInputs, effective_check
+from ortcompile.options import ALL_REFUSAL_OFFERS, AUTO_RUN_LIMIT, CompileOptions, GivenInputs, effective_check
 from ortcompile.optiontable import CriterionSettings
 from ortcompile.plan.shapes import Pins, require_static, resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
@@ -87,7 +87,7 @@ class CheckPlan:
     inputs: GivenInputs  # --input
     verify_criterion: CriterionSettings | None  # --verify's settings: the check judges by its criterion
     note: str | None = None  # said (-v) when the check starts: why it does less than asked
-    offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS  # what a refusal may suggest to keep nodes off the EP
+    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options of the command the user ran that a refusal may suggest
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ def _check_plan(planned: SourcePlan) -> CheckPlan:
                 f"{format_size(AUTO_RUN_LIMIT)}; --check run to run anyway)")
     return CheckPlan(mode, source.path, planned.request, planned.ep.info.short_name, planned.precision, planned.pins.named,
                      dict(options.freeze), dict(options.inputs), options.verify_criterion if options.verify else None, note,
-                     options.placement_offers())
+                     options.refusal_offers())
 
 
 def _verify_plan(planned: SourcePlan) -> VerifyPlan | None:
@@ -195,7 +195,7 @@ def part_options(options: CompileOptions) -> CompileOptions:
     on the stitched model)."""
     return dataclasses.replace(options, fix_dims={}, fix_shapes={}, freeze={}, partition=None, max_context_size=None,
                                force=True, if_changed=False, verify=False, inputs={}, require_compiled=False,
-                               output_name=None, compatibility=False, lint=False, offers=options.placement_offers())
+                               output_name=None, compatibility=False, lint=False, offers=options.refusal_offers())
 
 
 def ep_request(options: CompileOptions) -> EpRequest:

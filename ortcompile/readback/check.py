@@ -24,7 +24,7 @@ from typing import Any
 
 from ortcompile.eps.request import EpRequest
 from ortcompile.jsonedge import JsonObject
-from ortcompile.options import ALL_PLACEMENT_OPTIONS, CheckMode
+from ortcompile.options import ALL_REFUSAL_OFFERS, CheckMode
 from ortcompile.output.manifest import CheckRecord
 from ortcompile.readback.criteria import criterion_for
 from ortcompile.readback.given import Given
@@ -35,9 +35,9 @@ SMALL_SOURCE = 256 * 2**20  # bytes of model and data: below it the check also r
 
 def check_request(model: Path, source: Path, ep: EpRequest, mode: CheckMode, precision: str, dims: dict[str, int],
                   given: dict[str, Given] | None = None, overrides: Mapping[str, Any] | None = None,
-                  offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS) -> ParityRequest:
+                  offers: tuple[str, ...] = ALL_REFUSAL_OFFERS) -> ParityRequest:
     """`overrides`: --verify's criterion settings (`precision`, `rtol`, `min_snr_db`, ...), as verify_model takes them;
-    `offers`: the placement options a refusal may suggest (CompileOptions.placement_offers)."""
+    `offers`: the options a refusal may suggest (CompileOptions.refusal_offers)."""
     settings = dict(overrides or {})
     criterion = criterion_for(settings.pop("precision", None) or precision, "check", **settings) if mode == "run" else None
     small = source_bytes(source) < SMALL_SOURCE

@@ -20,7 +20,7 @@ from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import InvalidModel, OrtCompileError, UsageError, VerificationFailed, ort_reason
 from ortcompile.jsonedge import JsonObject
-from ortcompile.options import ALL_PLACEMENT_OPTIONS
+from ortcompile.options import ALL_REFUSAL_OFFERS
 from ortcompile.ortmarkers import likely_cause
 from ortcompile.progress import Reporter
 from ortcompile.readback.compare import OutputComparison
@@ -51,7 +51,7 @@ class ParityRequest:
     edges: bool = True  # also judge on the edge sets the inputs suggest (silence, tones, images, padded ids)
     publish_anyway: bool = True  # a refusal of the check may suggest --check load (not under --verify)
     concurrent_reference: bool = False  # the source's CPU run beside the compiled model's (a small source: reference.py)
-    offers: tuple[str, ...] = ALL_PLACEMENT_OPTIONS  # the placement options a refusal may suggest (nextsteps.py)
+    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options a refusal may suggest (nextsteps.py)
 
     @property
     def config(self) -> dict[str, str]:
