@@ -7,10 +7,11 @@ import mmap
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ortcompile.output.hashcache import Fingerprint, cached_sha256, remember_sha256
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
 
@@ -90,11 +91,6 @@ class InputDigest:
         return tuple(InputFile(n, s, h) for n, s, h in self.files)
 
 
-def _fingerprint(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino, "dev": st.st_dev}
-
-
 def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
     """digest_inputs at idle CPU priority: it fills the gaps while the EP compiles instead of competing with
     the data pass for the cores (hashing gigabytes costs as much CPU as copying them)."""
@@ -108,12 +104,24 @@ def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]
 
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """Stat, then hash: a write during hashing changes ctime after the stat, so it is never cached as current."""
+    """Stat, then hash (or take the hash remembered for that fingerprint: hashcache.py): a write during hashing
+    changes ctime after the stat, so it is never remembered as current."""
     base = model_dir(model_path)
     hashed_at = time.time_ns()
     entries, fingerprints = [], []
     for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
-        fingerprints.append(_fingerprint(path))
-        written = hash_file(path)
-        entries.append((name, written.size, written.sha256))
+        fingerprint = Fingerprint.of(path)
+        fingerprints.append(asdict(fingerprint))
+        size, sha256 = _size_and_sha256(path, fingerprint)
+        entries.append((name, size, sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
+
+
+def _size_and_sha256(path: Path, fingerprint: Fingerprint) -> tuple[int, str]:
+    if (known := cached_sha256(path, fingerprint)) is not None:
+        return fingerprint.size, known
+    started_ns = time.time_ns()
+    written = hash_file(path)
+    if written.size == fingerprint.size:  # (a file that changed size under the hash is not remembered)
+        remember_sha256(path, fingerprint, written.sha256, started_ns)
+    return written.size, written.sha256

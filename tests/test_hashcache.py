@@ -1,0 +1,74 @@
+"""An input's sha256 is remembered by the file's identity (output/hashcache.py): a source compiled again is not hashed
+again, and a changed, touched or just-written file never gets a remembered hash.
+
+The remembered value is proven used by planting a different one: real files, real stat, the real digest function.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from ortcompile.output import hashcache
+from ortcompile.output.digest import digest_inputs
+from ortcompile.output.hashcache import RACY_WINDOW_NS, Fingerprint, cached_sha256, remember_sha256
+
+PLANTED = "f" * 64
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+
+
+def _source(tmp_path: Path) -> tuple[Path, Path]:
+    model, data = tmp_path / "m.onnx", tmp_path / "m.onnx.data"
+    model.write_bytes(b"graph")
+    data.write_bytes(os.urandom(4096))
+    return model, data
+
+
+def _settled(path: Path) -> None:
+    """Remember PLANTED for `path` as if it had been hashed well after its last change (not racy)."""
+    fingerprint = Fingerprint.of(path)
+    remember_sha256(path, fingerprint, PLANTED, fingerprint.ctime_ns + RACY_WINDOW_NS + 1)
+
+
+def test_a_remembered_hash_is_used_while_the_file_is_unchanged(tmp_path: Path) -> None:
+    model, data = _source(tmp_path)
+    _settled(data)
+    digest = digest_inputs(model, [data])
+    assert dict((n, s) for n, _, s in digest.files) == {"m.onnx": hashlib.sha256(b"graph").hexdigest(), "m.onnx.data": PLANTED}
+
+
+def test_changed_bytes_of_the_same_size_are_hashed_again(tmp_path: Path) -> None:
+    model, data = _source(tmp_path)
+    _settled(data)
+    stat = data.stat()
+    data.write_bytes(b"\0" * 4096)
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # mtime set back: ctime still moved
+    digest = digest_inputs(model, [data])
+    assert digest.files[1] == ("m.onnx.data", 4096, hashlib.sha256(b"\0" * 4096).hexdigest())
+
+
+def test_a_file_hashed_in_the_tick_it_was_written_is_not_trusted(tmp_path: Path) -> None:
+    model, data = _source(tmp_path)
+    digest_inputs(model, [data])  # just written: its entry is racy
+    assert cached_sha256(data, Fingerprint.of(data)) is None
+    entry = hashcache._entry_path(data)
+    entry.write_text(entry.read_text().replace(hashlib.sha256(data.read_bytes()).hexdigest(), PLANTED))
+    assert digest_inputs(model, [data]).files[1][2] == hashlib.sha256(data.read_bytes()).hexdigest()
+
+
+def test_an_entry_for_another_path_or_a_damaged_entry_is_ignored(tmp_path: Path) -> None:
+    model, data = _source(tmp_path)
+    _settled(data)
+    entry = hashcache._entry_path(data)
+    entry.write_text(entry.read_text().replace(str(data), str(model)))  # a key collision must not lend a hash
+    assert cached_sha256(data, Fingerprint.of(data)) is None
+    entry.write_text("{not json")
+    assert cached_sha256(data, Fingerprint.of(data)) is None
+    assert digest_inputs(model, [data]).files[1][2] == hashlib.sha256(data.read_bytes()).hexdigest()
