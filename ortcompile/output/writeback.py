@@ -10,7 +10,6 @@ hint: where the call is missing (not Linux) or refused, nothing changes but the 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 
 WINDOW = 64 << 20  # bytes written between two writeback requests: large enough to keep requests few
@@ -19,7 +18,7 @@ _SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of dirty pages in the 
 
 def _load_sync_file_range() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)  # the process's own C library (find_library would run ldconfig)
         call = libc.sync_file_range
     except (OSError, AttributeError):
         return None
