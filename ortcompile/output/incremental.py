@@ -27,15 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ortcompile.durable import replace_file
+from ortcompile.eps.catalog import EpInfo
 from ortcompile.eps.discovery import choose_ep
 from ortcompile.errors import OutputError
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.native import peak_rss_bytes
-from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult, effective_check
+from ortcompile.options import CHECK_MODES, CompileOptions, CompileResult
 from ortcompile.output.digest import InputDigest, hash_file
-from ortcompile.output.manifest import Manifest, ManifestError, Versions
-from ortcompile.paths import UnsafePath, model_dir, resolve_inside, shown
+from ortcompile.output.manifest import InputFile, Manifest, Versions
+from ortcompile.paths import model_dir
 from ortcompile.version import __version__
 
 RACY_WINDOW_NS = 2_000_000_000
@@ -102,6 +103,28 @@ def _installed_version(distribution: str) -> str:
 
 
 @dataclass(frozen=True)
+class Expected:
+    """What a manifest written here and now would record for these options and the published inputs: the driver's
+    side of --if-changed (compile/job.py), told without loading onnxruntime, held against the published manifest."""
+
+    ep: EpInfo | None  # the EP a compile would use (None: none can be told cheaply)
+    options: JsonObject | None  # as the manifest records them (None with no EP)
+    check: str  # --check as asked
+    check_run: str  # the check a compile would run on these inputs (`auto` decided by their weight)
+    versions: Versions | None
+    inputs: tuple[Path | str, ...]  # the published inputs as paths beside the source, or why a recorded name cannot be one
+
+    @classmethod
+    def of(cls, options: CompileOptions, check_run: str, inputs: tuple[Path | str, ...]) -> Expected:
+        info = choose_ep(options.ep, options.ep_library).expected()
+        if info is None:
+            return cls(None, None, options.check, check_run, None, inputs)
+        require = info.compiles if options.require_compiled is None else options.require_compiled
+        versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
+        return cls(info, options.recorded(info.short_name, require, info.compiles), options.check, check_run, versions, inputs)
+
+
+@dataclass(frozen=True)
 class Freshness:
     """--if-changed's answer: the published output's result when it is current, else why it is rebuilt."""
 
@@ -109,69 +132,67 @@ class Freshness:
     reason: str = ""
 
 
-def published_if_current(source: Path, target: OutputTarget, options: CompileOptions, started: float) -> Freshness:
-    """The published output's result when it is current for this source and these options (its manifest read once;
-    `started`: the perf_counter the check began at), else the reason it is not."""
-    try:
-        manifest = Manifest.load(target.manifest_path)
-    except ManifestError:
-        return Freshness(None, "no readable manifest")
-    reason = _why_stale(source, target, options, manifest)
+def published_if_current(source: Path, target: OutputTarget, published: Manifest, expected: Expected, started: float) -> Freshness:
+    """The published output's result when its manifest says what `expected` does, its files are there and its inputs
+    unchanged (`started`: the perf_counter the check began at), else the reason it is not."""
+    reason = _record_differs(published, expected) or _outputs_changed(target, published)
     if reason:
         return Freshness(None, reason)
-    return Freshness(_up_to_date_result(source, target, manifest, time.perf_counter() - started, peak_rss_bytes()))
+    hashed, reason = _inputs_hashed(source, target, published.input_files, expected.inputs)
+    if reason:
+        return Freshness(None, reason)
+    result = _up_to_date_result(source, target, published, time.perf_counter() - started, peak_rss_bytes())
+    if hashed is not None:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
+        write_stamp(target, source, hashed)
+    return Freshness(result)
 
 
-def _why_stale(source: Path, target: OutputTarget, options: CompileOptions, manifest: Manifest) -> str:
-    info = choose_ep(options.ep, options.ep_library).expected()  # without loading onnxruntime (None: cannot tell cheaply)
-    if info is None or manifest.ep != info.short_name:
+def _record_differs(published: Manifest, expected: Expected) -> str:
+    if expected.ep is None or published.ep != expected.ep.short_name:
         return "the execution provider differs"
-    require = info.compiles if options.require_compiled is None else options.require_compiled
-    if manifest.options != options.recorded(info.short_name, require, info.compiles):
+    if published.options != expected.options:
         return "options differ"
-    wanted = effective_check(options.check, sum(f.size for f in manifest.input_files))
-    if (manifest.check.strength if manifest.check else 0) < CHECK_MODES.index(wanted):  # (none recorded: proved nothing)
-        return f"the output was published with a weaker check than --check {options.check}"
-    versions = Versions(__version__, _installed_version("onnxruntime"), info.ep_name, _installed_version(info.distribution))
-    if manifest.versions != versions:
+    if (published.check.strength if published.check else 0) < CHECK_MODES.index(expected.check_run):  # (none recorded: proved nothing)
+        return f"the output was published with a weaker check than --check {expected.check}"
+    if published.versions != expected.versions:
         return "ortcompile, onnxruntime or EP version differs"
-    for entry in manifest.files:
-        published = target.directory / entry.name
-        if not published.is_file() or published.stat().st_size != entry.size:
+    return ""
+
+
+def _outputs_changed(target: OutputTarget, published: Manifest) -> str:
+    for entry in published.files:
+        path = target.directory / entry.name
+        if not path.is_file() or path.stat().st_size != entry.size:
             return f"output {entry.name} is missing or changed size"
-    return _inputs_changed(source, target, manifest)
+    return ""
 
 
-def _inputs_changed(source: Path, target: OutputTarget, manifest: Manifest) -> str:
-    recorded = manifest.input_files
+def _inputs_hashed(source: Path, target: OutputTarget, recorded: tuple[InputFile, ...], paths: tuple[Path | str, ...]) -> tuple[InputDigest | None, str]:
+    """'' when every recorded input (at `paths`) has its recorded sha256, from the stamp where its fingerprint is
+    trusted, else hashed: then with the digest to cache when some were hashed; else why not."""
     if not recorded or recorded[0].name != source.name:
-        return "the manifest was made from another input"
+        return None, "the manifest was made from another input"
     stamp = _load_json(stamp_path(target))
     if stamp.get("source_dir") != str(model_dir(source)):
         stamp = {}
-    base = model_dir(source)
     started_ns, rehashed = time.time_ns(), False
     files, fingerprints = [], []
-    for index, entry in enumerate(recorded):
-        try:  # the manifest is a file anyone can edit: its input names must stay in the source's directory
-            path = source if index == 0 else resolve_inside(base, entry.name)
-        except UnsafePath as exc:
-            return f"input {shown(entry.name)!r} {exc.reason}"
+    for entry, path in zip(recorded, paths):
+        if isinstance(path, str):
+            return None, path
         if not path.is_file():
-            return f"input {entry.name} is missing"
+            return None, f"input {entry.name} is missing"
         fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
         if fingerprint.size != entry.size:
-            return f"input {entry.name} changed"
+            return None, f"input {entry.name} changed"
         sha = _cached_sha256(stamp, entry.name, path)
         if sha is None:
             sha, rehashed = hash_file(path).sha256, True
         if sha != entry.sha256:
-            return f"input {entry.name} changed"
+            return None, f"input {entry.name} changed"
         files.append((entry.name, entry.size, sha))
         fingerprints.append(fingerprint.__dict__)
-    if rehashed:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
-        write_stamp(target, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))
-    return ""
+    return (InputDigest(tuple(files), tuple(fingerprints), started_ns) if rehashed else None), ""
 
 
 def make_escape(path: str) -> str:
