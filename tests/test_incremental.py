@@ -8,7 +8,7 @@ tree. "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every outpu
 
 The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
 A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
-ortcompile/output/incremental.py), so tests that need a trusted stamp wait that window out first.
+ortcompile/output/digest.py), so tests that need a trusted stamp wait that window out first.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from helpers import FIXTURES, cpu_only_model, published, run_cli, without_progress
 from onnx import TensorProto, helper
 
-from ortcompile.output.incremental import RACY_WINDOW_NS
+from ortcompile.output.digest import RACY_WINDOW_NS
 
 # The page size mincore(2) reports residency in.
 PAGE = os.sysconf("SC_PAGE_SIZE")

@@ -24,8 +24,7 @@ from ortcompile.errors import CompilationFailed, OrtCompileWarning, Verification
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.options import GivenInputs
-from ortcompile.output.digest import InputDigest, WrittenFile
-from ortcompile.output.incremental import write_stamp
+from ortcompile.output.digest import InputDigest, WrittenFile, write_stamp
 from ortcompile.output.manifest import CheckRecord, InitializerCounts, Manifest, NodeCounts, Versions, file_entries
 from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
 from ortcompile.plan.planner import CheckPlan, VerifyPlan

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from ortcompile.errors import OrtCompileError, UsageError
 from ortcompile.naming import Destination, OutputTarget
+from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult, effective_check
 from ortcompile.output.incremental import Expected, published_if_current
 from ortcompile.output.manifest import Manifest, ManifestError
@@ -101,9 +102,9 @@ def _current_output(source: Path, target: OutputTarget, options: CompileOptions,
     inputs = published.inputs_beside(source)
     check_run = effective_check(options.check, published.input_bytes)  # as the planner decides it, for these inputs
     expected = Expected.of(options, check_run, inputs)
-    fresh = published_if_current(source, target, published, expected, started)
+    fresh = published_if_current(source, target, published, expected)
     if fresh.result is None:
         reporter.detail(f"{source.name}: rebuilding: {fresh.reason}")
         return None
     reporter.detail(f"{fresh.result.model_path} is up to date")  # (the summary line says so too)
-    return fresh.result
+    return dataclasses.replace(fresh.result, timings={"up_to_date": time.perf_counter() - started}, peak_rss_bytes=peak_rss_bytes())

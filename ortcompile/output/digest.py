@@ -1,8 +1,21 @@
-"""sha256 of output files (as they are written or after an EP wrote them) and of a compile's inputs."""
+"""sha256 of output files (as they are written or after an EP wrote them) and of a compile's inputs.
+
+A compile's input digest is also cached for `--if-changed`: hashing a multi-GB input costs seconds. The
+stamp file under `$XDG_CACHE_HOME/ortcompile/stamps/` (keyed by the manifest's absolute path; not an output:
+it holds inode numbers and timestamps, which must stay out of the deterministic manifest and the output
+directory) remembers each input's fingerprint beside the sha256 it hashed to. Without the cache (a fresh CI
+machine) the inputs are simply hashed again. A file's cached sha256 is trusted only when its size, inode,
+device, mtime and ctime are all unchanged. The kernel sets ctime on every write, rename or chmod, and no API
+sets it back, so any change to the bytes changes the fingerprint. One gap remains, as in git's index: a write
+in the same clock tick as the stat taken before hashing. Entries whose ctime is within RACY_WINDOW_NS of that
+moment are therefore never trusted and are hashed again.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import json
 import mmap
 import os
 import time
@@ -11,10 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortcompile.durable import replace_file
+from ortcompile.jsonedge import JsonObject
+from ortcompile.naming import OutputTarget
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
 
 HASH_WINDOW = 32 << 20
+RACY_WINDOW_NS = 2_000_000_000
+STAMP_FORMAT = "ortcompile-stamp/1"
 
 
 @dataclass(frozen=True)
@@ -90,9 +108,18 @@ class InputDigest:
         return tuple(InputFile(n, s, h) for n, s, h in self.files)
 
 
-def _fingerprint(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "ctime_ns": st.st_ctime_ns, "ino": st.st_ino, "dev": st.st_dev}
+@dataclass(frozen=True)
+class Fingerprint:
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    ino: int
+    dev: int
+
+    @classmethod
+    def of(cls, path: Path) -> Fingerprint:
+        st = path.stat()
+        return cls(st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino, st.st_dev)
 
 
 def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
@@ -113,7 +140,77 @@ def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDige
     hashed_at = time.time_ns()
     entries, fingerprints = [], []
     for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
-        fingerprints.append(_fingerprint(path))
+        fingerprints.append(dataclasses.asdict(Fingerprint.of(path)))
         written = hash_file(path)
         entries.append((name, written.size, written.sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
+
+
+# ---------------------------------------------------------------- the stamp cache (--if-changed)
+
+def stamp_path(target: OutputTarget) -> Path:
+    """Outside the output directory, so outputs stay exactly the files the manifest lists."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "ortcompile" / "stamps"
+    key = hashlib.sha256(str(target.manifest_path.resolve()).encode()).hexdigest()[:32]
+    return cache / f"{key}.json"
+
+
+def write_stamp(target: OutputTarget, source: Path, digest: InputDigest) -> None:
+    """Remember each input's fingerprint next to the sha256 it hashed to (a cache: failure is harmless)."""
+    entries = [{"name": name, "sha256": sha, **fp} for (name, _, sha), fp in zip(digest.files, digest.fingerprints)]
+    stamp = {"format": STAMP_FORMAT, "source_dir": str(model_dir(source)), "hashed_at_ns": digest.hashed_at_ns, "files": entries}
+    path = stamp_path(target)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Atomic, not synced: a stamp lost to a power cut costs one re-hash, an fsync would cost every compile.
+        replace_file(path, json.dumps(stamp, sort_keys=True), pending=path.with_name(path.name + f".{os.getpid()}.tmp"), sync=False)
+    except OSError:
+        pass
+
+
+def _cached_sha256(stamp: JsonObject, name: str, path: Path) -> str | None:
+    for entry in stamp.get("files", []):
+        if entry.get("name") != name:
+            continue
+        recorded = Fingerprint(entry["size"], entry["mtime_ns"], entry["ctime_ns"], entry["ino"], entry["dev"])
+        racy = recorded.ctime_ns >= stamp.get("hashed_at_ns", 0) - RACY_WINDOW_NS
+        return entry["sha256"] if recorded == Fingerprint.of(path) and not racy else None
+    return None
+
+
+def _load_json(path: Path) -> JsonObject:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return loaded if isinstance(loaded, dict) else {}
+
+
+def inputs_changed(source: Path, target: OutputTarget, recorded: tuple[InputFile, ...], paths: tuple[Path | str, ...]) -> str:
+    """'' when every recorded input (at `paths`, or why its recorded name cannot be used) still has its recorded
+    sha256: from the stamp where its fingerprint is trusted, else hashed (and then cached again); else why not."""
+    if not recorded or recorded[0].name != source.name:
+        return "the manifest was made from another input"
+    stamp = _load_json(stamp_path(target))
+    if stamp.get("source_dir") != str(model_dir(source)):
+        stamp = {}
+    started_ns, rehashed = time.time_ns(), False
+    files, fingerprints = [], []
+    for entry, path in zip(recorded, paths):
+        if isinstance(path, str):
+            return path
+        if not path.is_file():
+            return f"input {entry.name} is missing"
+        fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
+        if fingerprint.size != entry.size:
+            return f"input {entry.name} changed"
+        sha = _cached_sha256(stamp, entry.name, path)
+        if sha is None:
+            sha, rehashed = hash_file(path).sha256, True
+        if sha != entry.sha256:
+            return f"input {entry.name} changed"
+        files.append((entry.name, entry.size, sha))
+        fingerprints.append(dataclasses.asdict(fingerprint))
+    if rehashed:  # same bytes, new fingerprint (e.g. touched): cache it so the next check is fast again
+        write_stamp(target, source, InputDigest(tuple(files), tuple(fingerprints), started_ns))
+    return ""
