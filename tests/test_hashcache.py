@@ -27,7 +27,7 @@ def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 def _source(tmp_path: Path) -> tuple[Path, Path]:
     model, data = tmp_path / "m.onnx", tmp_path / "m.onnx.data"
     model.write_bytes(b"graph")
-    data.write_bytes(os.urandom(4096))
+    data.write_bytes(os.urandom(hashcache.MIN_BYTES))
     return model, data
 
 
@@ -48,10 +48,11 @@ def test_changed_bytes_of_the_same_size_are_hashed_again(tmp_path: Path) -> None
     model, data = _source(tmp_path)
     _settled(data)
     stat = data.stat()
-    data.write_bytes(b"\0" * 4096)
+    zeros = b"\0" * hashcache.MIN_BYTES
+    data.write_bytes(zeros)
     os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # mtime set back: ctime still moved
     digest = digest_inputs(model, [data])
-    assert digest.files[1] == ("m.onnx.data", 4096, hashlib.sha256(b"\0" * 4096).hexdigest())
+    assert digest.files[1] == ("m.onnx.data", len(zeros), hashlib.sha256(zeros).hexdigest())
 
 
 def test_a_file_hashed_in_the_tick_it_was_written_is_not_trusted(tmp_path: Path) -> None:
@@ -72,3 +73,25 @@ def test_an_entry_for_another_path_or_a_damaged_entry_is_ignored(tmp_path: Path)
     entry.write_text("{not json")
     assert cached_sha256(data, Fingerprint.of(data)) is None
     assert digest_inputs(model, [data]).files[1][2] == hashlib.sha256(data.read_bytes()).hexdigest()
+
+
+def test_small_files_are_hashed_not_remembered(tmp_path: Path) -> None:
+    model, data = _source(tmp_path)
+    _settled(model)  # under MIN_BYTES: nothing is kept, and a planted entry is never read
+    assert not hashcache._entry_path(model).exists()
+    assert digest_inputs(model, [data]).files[0][2] == hashlib.sha256(b"graph").hexdigest()
+
+
+def test_the_cache_forgets_files_that_are_gone_once_it_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hashcache, "MAX_ENTRIES", 3)
+    files = []
+    for index in range(3):
+        path = tmp_path / f"w{index}.data"
+        path.write_bytes(os.urandom(hashcache.MIN_BYTES))
+        files.append(path)
+    _settled(files[0])
+    _settled(files[1])
+    files[0].unlink()
+    _settled(files[2])  # the third entry fills the cache: w0's entry (its file is gone) is dropped
+    kept = sorted(p.name for p in (tmp_path / "xdg" / "ortcompile" / "hashes").glob("*.json"))
+    assert kept == sorted(hashcache._entry_path(f).name for f in files[1:])

@@ -6,9 +6,9 @@ input" is proved by the page cache: the input is evicted before the run and what
 process read, through read(2) or a mapping alike (`cli_process(watch=...)`), memory by the RSS of a real process
 tree. "Did nothing" is proved on disk (inode, mtime, ctime, bytes of every output), not by timing.
 
-The stamp cache (input fingerprints -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
-A stamp entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
-ortcompile/output/incremental.py), so tests that need a trusted stamp wait that window out first.
+The inputs' hash cache (fingerprint -> sha256) lives under $XDG_CACHE_HOME; each test gets its own.
+An entry whose file changed less than RACY_WINDOW_NS before the hash started is never trusted (see
+ortcompile/output/hashcache.py), so tests that need a trusted entry wait that window out first.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import pytest
 from helpers import FIXTURES, cpu_only_model, published, run_cli, without_progress
 from onnx import TensorProto, helper
 
-from ortcompile.output.incremental import RACY_WINDOW_NS
+from ortcompile.output.hashcache import RACY_WINDOW_NS
 
 # The page size mincore(2) reports residency in.
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -99,7 +99,7 @@ SMALL_PARENT = ["sh", "-c", '"$@"; exit $?', "sh"]
 
 
 def cli(cache: Path, *args: object, cwd: Path | None = None) -> Run:
-    """The CLI in this process, with its own stamp cache."""
+    """The CLI in this process, with its own hash cache."""
     clock = time.perf_counter()
     result = run_cli(*args, cwd=cwd, env={**os.environ, "XDG_CACHE_HOME": str(cache)})
     return Run(result.returncode, result.stdout, result.stderr, time.perf_counter() - clock)
@@ -133,8 +133,8 @@ def disk_state(directory: Path, with_bytes: bool = True) -> dict[str, tuple]:
     return found
 
 
-def stamp_files(cache: Path) -> list[Path]:
-    return sorted((cache / "ortcompile" / "stamps").glob("*.json"))
+def hash_entries(cache: Path) -> list[Path]:
+    return sorted((cache / "ortcompile" / "hashes").glob("*.json"))
 
 
 def wait_out_racy_window(*paths: Path) -> None:
@@ -206,8 +206,8 @@ def test_up_to_date_says_so_exits_0_and_touches_nothing(tmp_path: Path, cache: P
 @pytest.fixture(scope="module")
 def published_split(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """split.onnx compiled once with `--if-changed` (the default EP, QNN): the output each rebuild case starts from, as
-    a copy (the cases change or delete its files). A copy has no stamp in the case's cache: the check hashes the input,
-    which is how a stamp-less check runs anyway (test_without_a_stamp_the_inputs_are_hashed)."""
+    a copy (the cases change or delete its files). A copy has no remembered hash in the case's cache: the check hashes the input,
+    which is how a check without the cache runs anyway (test_without_the_cache_the_inputs_are_hashed)."""
     root = tmp_path_factory.mktemp("published-split")
     source = shutil.copyfile(FIXTURES / "split.onnx", root / "split.onnx")
     assert cli(root / "xdg-cache", "compile", source, "-o", root / "out", "--if-changed", "-q").returncode == 0
@@ -282,17 +282,16 @@ def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path:
 
     cached = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert cached.only()["up_to_date"] is True
-    assert cached.read < size // 4, cached.read  # the stamp was trusted: no byte of the weights was read
-    [stamp] = stamp_files(cache)
-    stamp_before = stamp.read_text()
+    assert cached.read < size // 4, cached.read  # the remembered hash was trusted: no byte of the weights was read
+    [entry] = hash_entries(cache)  # (the data file's: the graph file is too small to be worth an entry)
+    entry_before = entry.read_text()
 
     os.utime(data)  # touch: new mtime and ctime, same bytes
     wait_out_racy_window(data)
     rehashed = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert rehashed.only()["up_to_date"] is True
     assert rehashed.read >= size, rehashed.read  # the fingerprint changed: it hashed the data again
-    entries = {e["name"]: e for e in json.loads(stamp.read_text())["files"]}
-    assert stamp.read_text() != stamp_before and entries["w.onnx.data"]["mtime_ns"] == data.stat().st_mtime_ns
+    assert entry.read_text() != entry_before and json.loads(entry.read_text())["fingerprint"]["mtime_ns"] == data.stat().st_mtime_ns
 
     fast_again = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
     assert fast_again.only()["up_to_date"] is True
@@ -304,7 +303,7 @@ def test_touched_identical_input_stays_up_to_date_and_is_rehashed_once(tmp_path:
 
 def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache: Path) -> None:
     """The nastiest edit: same size, in place (same inode), mtime put back (as `cp -p`/tar/rsync do).
-    ctime cannot be put back, so the trusted stamp no longer matches and the bytes are hashed."""
+    ctime cannot be put back, so the remembered fingerprint no longer matches and the bytes are hashed."""
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     model = src / "w.onnx"
@@ -313,7 +312,7 @@ def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache:
     wait_out_racy_window(model, data)
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
     trusted = cli_process(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json", watch=data)
-    assert trusted.only()["up_to_date"] is True and trusted.read < size // 4  # the stamp is trusted
+    assert trusted.only()["up_to_date"] is True and trusted.read < size // 4  # the remembered hash is trusted
 
     st = data.stat()
     with open(data, "r+b") as stream:
@@ -332,15 +331,15 @@ def test_same_size_edit_with_mtime_restored_is_still_seen(tmp_path: Path, cache:
     assert recorded["w.onnx.data"] == hashlib.sha256(data.read_bytes()).hexdigest()
 
 
-def test_without_a_stamp_the_inputs_are_hashed(tmp_path: Path, cache: Path) -> None:
+def test_without_the_cache_the_inputs_are_hashed(tmp_path: Path, cache: Path) -> None:
     """A fresh CI machine (no cache): still correct, it just hashes the inputs; and an edit is still seen."""
     src, out = tmp_path / "src", tmp_path / "out"
     src.mkdir()
     model = src / "w.onnx"
     size = random_weights_model(model, 64)
     assert cli(cache, "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "-q").returncode == 0
-    for stamp in stamp_files(cache):
-        stamp.unlink()
+    for entry in hash_entries(cache):
+        entry.unlink()
     fresh = cli_process(tmp_path / "other-cache", "compile", model, "-o", out, "--ep", "cpu", "--if-changed", "--json",
                         watch=src / "w.onnx.data")
     assert fresh.only()["up_to_date"] is True and fresh.read >= size

@@ -183,7 +183,7 @@ class CompileJob:
         plan = self.plan
         cpu_nodes = self.fallback.record(None) if self.fallback else None  # (finish adds the check's worst SNR after)
         record = ManifestPlan(versions(plan.ep), plan.recorded_options(), plan.source.op_counts, plan.ep.target_record(), cpu_nodes=cpu_nodes)
-        return FinishPlan(plan.target, plan.inputs, plan.source.path, plan.options.force, plan.check, plan.verify,
+        return FinishPlan(plan.target, plan.inputs, plan.options.force, plan.check, plan.verify,
                           record, self.reporter)
 
     def result(self, built: Built, finished: Finished) -> CompileResult:

@@ -25,7 +25,6 @@ from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.options import GivenInputs
 from ortcompile.output.digest import InputDigest, WrittenFile
-from ortcompile.output.incremental import write_stamp
 from ortcompile.output.manifest import CheckRecord, InitializerCounts, Manifest, NodeCounts, Versions, file_entries
 from ortcompile.output.publish import Staging, check_destination, directory_lock, prepare_output_dir, remove_created_dirs, remove_stale_stages
 from ortcompile.plan.planner import CheckPlan, VerifyPlan
@@ -56,7 +55,6 @@ class FinishPlan:
 
     target: OutputTarget  # where it is published (the plan's record of -o)
     inputs: list[Path]  # files the output must never overwrite
-    stamp_source: Path | None  # the source model, for --if-changed's stamp (None: no stamp)
     force: bool
     check: CheckPlan
     verify: VerifyPlan | None
@@ -135,12 +133,9 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     clock = time.perf_counter()
     first.reporter.stage("publishing")
     staging.publish(_publish_order(builds), [b.plan.target for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
-    for built, finished, digest in zip(builds, done, digests):
-        plan = built.plan
+    for built, finished in zip(builds, done):
         finished.timings["publish"] = time.perf_counter() - clock
-        if plan.stamp_source is not None:
-            write_stamp(plan.target, plan.stamp_source, digest.result())
-        plan.reporter.stage(f"wrote {plan.target.model_path}")
+        built.plan.reporter.stage(f"wrote {built.plan.target.model_path}")
     return done
 
 

@@ -20,8 +20,10 @@ from pathlib import Path
 
 from ortcompile.errors import OrtCompileError, UsageError
 from ortcompile.naming import Destination, OutputTarget
-from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.incremental import published_if_current
+from ortcompile.native import peak_rss_bytes
+from ortcompile.options import CompileOptions, CompileResult, effective_check
+from ortcompile.output.incremental import Expected, published_if_current
+from ortcompile.output.manifest import Manifest, ManifestError
 from ortcompile.progress import Reporter, SilentReporter
 
 
@@ -89,10 +91,20 @@ def compile_models_to(models: Sequence[str | os.PathLike[str]], destination: Des
 
 
 def _current_output(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter) -> CompileResult | None:
-    """The published result when it is up to date (checked without loading onnx or onnxruntime)."""
-    fresh = published_if_current(source, target, options, time.perf_counter())
+    """The published result when it is up to date, told without loading onnx or onnxruntime: the manifest published
+    at the target, held against what a compile here would record for these options and its inputs."""
+    started = time.perf_counter()
+    try:
+        published = Manifest.load(target.manifest_path)
+    except ManifestError:
+        reporter.detail(f"{source.name}: rebuilding: no readable manifest")
+        return None
+    inputs = published.inputs_beside(source)
+    check_run = effective_check(options.check, published.input_bytes)  # as the planner decides it, for these inputs
+    expected = Expected.of(options, check_run, inputs)
+    fresh = published_if_current(source, target, published, expected)
     if fresh.result is None:
         reporter.detail(f"{source.name}: rebuilding: {fresh.reason}")
         return None
     reporter.detail(f"{fresh.result.model_path} is up to date")  # (the summary line says so too)
-    return fresh.result
+    return dataclasses.replace(fresh.result, timings={"up_to_date": time.perf_counter() - started}, peak_rss_bytes=peak_rss_bytes())

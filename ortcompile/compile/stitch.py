@@ -130,7 +130,7 @@ class StitchJob:
         if self.options.verify:
             assert self.source is not None  # plan_stitch refuses --verify without the source
             verify = VerifyPlan(self.source, self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), self.options.verify_criterion)
-        return FinishPlan(self.target, self.protected, self.stamp_source, self.options.force, self.check_plan(staging_dir),
+        return FinishPlan(self.target, self.protected, self.options.force, self.check_plan(staging_dir),
                           verify, record, self.reporter)
 
     def check_plan(self, staging_dir: Path) -> CheckPlan:

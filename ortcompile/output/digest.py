@@ -1,13 +1,18 @@
-"""sha256 of output files (as they are written or after an EP wrote them) and of a compile's inputs."""
+"""sha256 of output files (as they are written or after an EP wrote them) and of a compile's inputs.
+
+An input's sha256 is remembered by the file's identity (hashcache.py: size, inode, device, mtime and ctime, as in
+git's index), so a compile of an unchanged source and `--if-changed`'s check read none of its bytes.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import mmap
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -104,14 +109,14 @@ def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]
 
 
 def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """Stat, then hash (or take the hash remembered for that fingerprint: hashcache.py): a write during hashing
-    changes ctime after the stat, so it is never remembered as current."""
+    """Stat, then hash (or take the sha256 remembered for that fingerprint): a write during hashing changes ctime
+    after the stat, so it is never remembered as current."""
     base = model_dir(model_path)
     hashed_at = time.time_ns()
     entries, fingerprints = [], []
     for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
         fingerprint = Fingerprint.of(path)
-        fingerprints.append(asdict(fingerprint))
+        fingerprints.append(dataclasses.asdict(fingerprint))
         size, sha256 = _size_and_sha256(path, fingerprint)
         entries.append((name, size, sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
@@ -125,3 +130,19 @@ def _size_and_sha256(path: Path, fingerprint: Fingerprint) -> tuple[int, str]:
     if written.size == fingerprint.size:  # (a file that changed size under the hash is not remembered)
         remember_sha256(path, fingerprint, written.sha256, started_ns)
     return written.size, written.sha256
+
+
+def inputs_changed(source: Path, recorded: tuple[InputFile, ...], paths: tuple[Path | str, ...]) -> str:
+    """'' when every recorded input (at `paths`, or why its recorded name cannot be used) still has its recorded
+    sha256 (remembered for its fingerprint, else hashed, and then remembered); else why not."""
+    if not recorded or recorded[0].name != source.name:
+        return "the manifest was made from another input"
+    for entry, path in zip(recorded, paths):
+        if isinstance(path, str):
+            return path
+        if not path.is_file():
+            return f"input {entry.name} is missing"
+        fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
+        if fingerprint.size != entry.size or _size_and_sha256(path, fingerprint)[1] != entry.sha256:
+            return f"input {entry.name} changed"
+    return ""

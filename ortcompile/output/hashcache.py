@@ -24,6 +24,8 @@ from ortcompile.durable import replace_file
 
 CACHE_FORMAT = "ortcompile-hash/1"
 RACY_WINDOW_NS = 2_000_000_000
+MIN_BYTES = 1 << 20  # smaller files hash in well under a millisecond: faster than reading an entry
+MAX_ENTRIES = 4096  # beyond this, entries of files that are gone (a stage's parts, a deleted model) are dropped
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ def _entry_path(path: Path) -> Path:
 
 def cached_sha256(path: Path, fingerprint: Fingerprint) -> str | None:
     """The sha256 remembered for `path` when its fingerprint (taken now) is the one it was hashed with, else None."""
+    if fingerprint.size < MIN_BYTES:
+        return None
     try:
         entry = json.loads(_entry_path(path).read_text())
         recorded = Fingerprint(**entry["fingerprint"])
@@ -64,6 +68,8 @@ def cached_sha256(path: Path, fingerprint: Fingerprint) -> str | None:
 
 def remember_sha256(path: Path, fingerprint: Fingerprint, sha256: str, hashed_at_ns: int) -> None:
     """Keep `sha256` for `path` as it was when `fingerprint` was taken, before hashing began at `hashed_at_ns`."""
+    if fingerprint.size < MIN_BYTES:
+        return
     entry = {"format": CACHE_FORMAT, "path": str(path.absolute()), "sha256": sha256, "hashed_at_ns": hashed_at_ns,
              "fingerprint": asdict(fingerprint)}
     target = _entry_path(path)
@@ -71,5 +77,20 @@ def remember_sha256(path: Path, fingerprint: Fingerprint, sha256: str, hashed_at
         target.parent.mkdir(parents=True, exist_ok=True)
         # Atomic, not synced: an entry lost to a power cut costs one hash, an fsync would cost every compile.
         replace_file(target, json.dumps(entry, sort_keys=True), pending=target.with_name(f"{target.name}.{os.getpid()}.tmp"), sync=False)
+        _drop_entries_of_missing_files(target.parent)
     except OSError:
         pass
+
+
+def _drop_entries_of_missing_files(directory: Path) -> None:
+    """Keep the cache bounded: once it holds MAX_ENTRIES, forget the files that no longer exist (cheap beside the
+    hash that made this entry)."""
+    entries = list(directory.glob("*.json"))
+    if len(entries) < MAX_ENTRIES:
+        return
+    for entry in entries:
+        try:
+            if not Path(json.loads(entry.read_text())["path"]).exists():
+                entry.unlink()
+        except (OSError, ValueError, KeyError, TypeError):
+            entry.unlink(missing_ok=True)

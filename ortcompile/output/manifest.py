@@ -16,7 +16,7 @@ from typing import Any
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
 from ortcompile.options import CHECK_MODES
-from ortcompile.paths import is_plain_name
+from ortcompile.paths import UnsafePath, is_plain_name, model_dir, resolve_inside, shown
 
 MANIFEST_FORMAT = "ortcompile-manifest/1"
 ROLES = ("model", "data", "ep_context")
@@ -211,6 +211,23 @@ class Manifest:
     @property
     def layout(self) -> JsonObject:
         return self.options.get("layout") or {}
+
+    @property
+    def input_bytes(self) -> int:
+        """The recorded inputs' size (what `--check auto` went by)."""
+        return sum(f.size for f in self.input_files)
+
+    def inputs_beside(self, source: Path) -> tuple[Path | str, ...]:
+        """Each recorded input as a path beside `source` (the model itself first), or why its name cannot be one: a
+        manifest is a file anyone can edit, so the names it records must stay in the source's directory."""
+        base = model_dir(source)
+        paths: list[Path | str] = []
+        for index, entry in enumerate(self.input_files):
+            try:
+                paths.append(source if index == 0 else resolve_inside(base, entry.name))
+            except UnsafePath as exc:
+                paths.append(f"input {shown(entry.name)!r} {exc.reason}")
+        return tuple(paths)
 
     # ---------------------------------------------------------------- writing
 
