@@ -6,9 +6,9 @@ machine. Beside them: `<stem>.skeleton.onnx` (the graph's interface and the type
 no nodes, no weights) and `<stem>.parts.json` (the plan, the source's digest, the options), which `stitch` joins
 the compiled parts with; and `<stem>.parts.mk`, a Make fragment that builds the whole thing.
 
-A split is three stages, each a function from data to data that `split_model` calls once, in order: the source
-decided (partsource.py), where to cut it (partition.py), the parts written (partfiles.py). Only the graph proto is
-parsed (weights stay where they are, copied inside the kernel into each part's data file), so splitting a model
+A split is four stages, each a function from data to data that `split_model` calls once, in order: the source
+decided (partsource.py), where to cut it (partition.py), the parts written (partfiles.py), their plan written
+(partsplan.py). Only the graph proto is parsed (weights stay where they are, copied inside the kernel into each part's data file), so splitting a model
 costs about its size in disk and little memory.
 """
 
