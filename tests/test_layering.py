@@ -80,7 +80,7 @@ LAZY_IMPORTS: dict[tuple[str, str], str] = {
     ("ortcompile.compile.job", "ortcompile.compile.compilejob"): "--if-changed: the compile pipeline loads only for an output that is not up to date",
     ("ortcompile.compile.ortstep", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
     ("ortcompile.compile.prepare", "ortcompile.readback.hints"): IF_CHANGED + " (only a compile that fails asks for the hint)",
-    ("ortcompile.compile.split", "ortcompile.readback.feeds"): "--if-changed: only the --input check of a --partition split needs numpy and onnx",
+    ("ortcompile.compile.partsource", "ortcompile.readback.feeds"): "--if-changed: only the --input check of a --partition split needs numpy and onnx",
 }
 
 

@@ -324,3 +324,22 @@ def test_a_part_whose_check_fails_is_refused_naming_the_node(tmp_path: Path) -> 
     assert "first diverging node: 'log'" in line and "--cpu-nodes log" in line and "Error:" not in line
     assert "--fallback auto" not in line  # (refused with --partition)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_parts_plan_split_keeps_is_the_one_stitch_reads(chain: Path, tmp_path: Path) -> None:
+    """split makes its parts plan as a record and writes it (no read-back): the record must be what the one reader
+    (PartsPlan.load, every field checked) reads from the file, for `ortcompile split` (digests, each part's files)
+    and for --partition's own plan (linked parts: no digests, no part files)."""
+    from ortcompile.compile.partsplan import PartsPlan
+    from ortcompile.compile.split import split_model, split_to
+    from ortcompile.options import CompileOptions, PartitionOptions
+    from ortcompile.plan.planner import plan_source
+
+    options = CompileOptions(ep="qnn", partition=PartitionOptions(BUDGET_BYTES))
+    published_split = split_to(chain, tmp_path / "split", options)
+    assert published_split.parts_plan.digest.files and published_split.parts_plan.part_files
+    assert PartsPlan.load(published_split.plan_file) == published_split.parts_plan
+    (tmp_path / "own").mkdir()
+    own = split_model(plan_source(chain, options), tmp_path / "own", BUDGET_BYTES, link_sources=True)
+    assert not own.parts_plan.digest.files and own.parts_plan.part_files is None and len(own.parts) == 5
+    assert PartsPlan.load(own.plan_file, internal=True) == own.parts_plan

@@ -17,7 +17,7 @@ import re
 import shlex
 from pathlib import Path
 
-from ortcompile.compile.partsplan import part_name, plan_file_name
+from ortcompile.compile.partfiles import part_name, plan_file_name
 from ortcompile.errors import UsageError
 from ortcompile.naming import strip_onnx
 

@@ -20,15 +20,15 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.cpunodes import CpuPins, cpu_placement
 from ortcompile.compile.finish import Built, Finished, FinishPlan, given_inputs
-from ortcompile.compile.parts import COMPILED_DIR, PARTS_DIR, compile_parts
-from ortcompile.compile.split import part_cli_args, plan_record, split_model
+from ortcompile.compile.partpool import CompileOne, compile_parts
+from ortcompile.compile.parts import COMPILED_DIR, PARTS_DIR
+from ortcompile.compile.split import split_model
 from ortcompile.compile.stitch import StitchJob
 from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import EPCONTEXT
@@ -44,7 +44,6 @@ class CannotCut(CompilationFailed):
 
 UNBOUNDED = 1 << 62  # no budget: without --partition, the graph is cut only around the pinned nodes
 ALL_NODES = "*"  # --cpu-nodes glob naming every node of a part: the EP takes none of it
-CompileOne = Callable[[Path, Path, CompileOptions], CompileResult]
 
 
 @dataclass(frozen=True)
@@ -139,10 +138,8 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
     partition = options.partition or PartitionOptions(None)
     budget = plan.part_budget if options.partition else UNBOUNDED
     as_split = dataclasses.replace(options, cpu_nodes=(), fallback="off", partition=partition)
-    record = {**plan_record(plan, None, parts_dir), "options": as_split.recorded(plan.ep.info.short_name, plan.require_compiled, plan.compiles),
-              "compile_args": part_cli_args(part_options(as_split))}
-    try:
-        split = split_model(plan.source, parts_dir, budget, plan.pins, options.layout, options.freeze, record, link_sources=True,
+    try:  # (the parts plan records the options as a split's: the parts compile them; the manifest records the compile's)
+        split = split_model(dataclasses.replace(plan, options=as_split), parts_dir, budget, link_sources=True,
                             given=given_inputs(options.freeze, options.inputs) if options.inputs else None, cuts=cuts)
     except CompilationFailed as exc:  # (not UsageError: a wrong --input is the user's to fix either way)
         if options.partition:

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ortcompile.errors import UsageError
-from ortcompile.jsonedge import JsonObject
 
 MIN_FILL = 0.5  # a cut is looked for once a part holds this share of the budget
 
@@ -33,19 +32,12 @@ class PartSpec:
     initializers: tuple[str, ...]  # weights its nodes read
     weight_bytes: int
 
-    def to_json(self) -> JsonObject:
-        return {"index": self.index, "nodes": [self.start, self.stop], "inputs": list(self.inputs), "outputs": list(self.outputs),
-                "initializers": len(self.initializers), "weight_bytes": self.weight_bytes}
-
 
 @dataclass(frozen=True)
 class PartitionPlan:
     budget: int
     parts: tuple[PartSpec, ...]
     nodes: int  # the main graph's nodes, which the parts cover
-
-    def to_json(self) -> JsonObject:
-        return {"budget_bytes": self.budget, "nodes": self.nodes, "parts": [p.to_json() for p in self.parts]}
 
 
 def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> PartitionPlan:
@@ -63,6 +55,14 @@ def plan_partition(model: Any, weight_bytes: dict[str, int], budget: int) -> Par
             start, held = cut, set().union(*node_weights[cut : index])
         held |= weights
     return _plan_at(graph, cuts, budget, reads, node_weights, weight_bytes, initializers)
+
+
+def plan_split(model: Any, weight_bytes: dict[str, int], budget: int, cuts: Iterable[int] | None = None) -> PartitionPlan:
+    """The parts of a split: cut where `budget` says, and before each node index in `cuts` too (None: by the budget only)."""
+    plan = plan_partition(model, weight_bytes, budget)
+    if cuts is None:
+        return plan
+    return plan_cuts(model, weight_bytes, [*cuts, *(part.start for part in plan.parts)], budget)
 
 
 def plan_cuts(model: Any, weight_bytes: dict[str, int], cuts: Iterable[int], budget: int) -> PartitionPlan:

@@ -1,4 +1,5 @@
-"""The parts plan `<stem>.parts.json`: what `split` wrote and `stitch` needs, and its one reader.
+"""The parts plan `<stem>.parts.json`: what `split` wrote and `stitch` needs, written from split's own record
+(`write_plan`: nothing is read back), and its one reader (`PartsPlan.load`).
 
 A plan is read from disk, so `stitch` treats it as untrusted input: every field is checked for its type and range
 as it is loaded, and a plan that breaks a rule is refused in one line naming the field (InvalidModel, exit 3).
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
+from ortcompile.compile.partfiles import WrittenParts, part_name, skeleton_name
+from ortcompile.compile.partition import PartitionPlan, PartSpec
 from ortcompile.durable import write_new
 from ortcompile.errors import InvalidModel, UsageError
 from ortcompile.jsonedge import JsonObject
@@ -36,21 +39,17 @@ SPEC_FIELDS = ("index", "nodes", "inputs", "outputs", "initializers", "weight_by
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-def part_name(stem: str, index: int) -> str:
-    return f"{stem}.part{index:02d}.onnx"
+@dataclass(frozen=True)
+class Recorded:
+    """What a split records about its source and the options (split.plan_record), beside the cut and the parts."""
 
-
-def plan_file_name(stem: str) -> str:
-    return f"{stem}.parts.json"
-
-
-def skeleton_name(stem: str) -> str:
-    return f"{stem}.skeleton.onnx"
-
-
-def is_part_file(stem: str, name: str) -> bool:
-    """A name split gives a part of `stem` or one of its data files (`<stem>.partNN.onnx[.data[.N]]`)."""
-    return re.fullmatch(re.escape(stem) + r"\.part\d{2,}\.onnx(\.data(\.[1-9]\d*)?)?", name) is not None
+    source_path: str  # the source, relative to the plan's directory
+    digest: InputDigest  # the source's (no files: --partition's, whose digest is computed meanwhile)
+    options: JsonObject  # the output-shaping options, as the manifest records them
+    source_ops: dict[str, int]
+    weight_bytes: int
+    dims: dict[str, int]  # the named pins
+    compile_args: list[str]
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,7 @@ class PartsPlan:
     weight_bytes: int  # the source's weights, each once (parts reading one weight list it each)
     part_files: list[tuple[InputFile, ...]] | None  # per part: its model and data files as split wrote them (None: --partition's own)
     compile_args: list[str]  # `ortcompile compile` arguments that compile a part as planned
+    nodes: int  # the source graph's nodes, which the parts cover
 
     @property
     def directory(self) -> Path:
@@ -105,15 +105,35 @@ class PartsPlan:
         return dataclasses.replace(CompileOptions.from_record(self.options, **overrides), ep_options=ep_options)
 
 
-def write_plan(path: Path, document: JsonObject, internal: bool = False) -> PartsPlan:
-    """Write the plan file and return it as `PartsPlan.load` would read it (checked by the same reader; the file is
-    for stitch in another process: the writer keeps what it wrote)."""
-    written = {"format": PARTS_FORMAT, **document}
-    write_new(path, json.dumps(written, indent=2, sort_keys=True) + "\n")
-    try:
-        return _read(path, written, internal)
-    except _Invalid as exc:  # split wrote what its own reader refuses: a bug, said as plainly as a bad plan
-        raise InvalidModel(f"{path}: invalid parts plan: {exc.field!r} {exc.problem}; write it again with ortcompile split") from None
+    def to_json(self) -> JsonObject:
+        """The plan file's document, as `load` reads it."""
+        digest = None if not self.digest.files else {"sha256": self.digest.combined,
+                                                     "files": [{"name": n, "size": s, "sha256": h} for n, s, h in self.digest.files]}
+        files = None if self.part_files is None else [[_file_json(f) for f in part] for part in self.part_files]
+        return {"format": PARTS_FORMAT, "source": self.source, "source_path": self.source_path, "input": digest, "options": self.options,
+                "source_ops": self.source_ops, "source_weight_bytes": self.weight_bytes,
+                "plan": {"budget_bytes": self.budget_bytes, "nodes": self.nodes, "parts": self.specs}, "parts": self.parts,
+                "part_files": files, "skeleton": self.skeleton, "dims": self.dims, "compile_args": self.compile_args}
+
+
+def write_plan(written: WrittenParts, cut: PartitionPlan, recorded: Recorded) -> PartsPlan:
+    """The plan of what split wrote (`written`, as `cut` placed it; `recorded` beside), written for stitch in another
+    process: the writer keeps the record it made (stitch reads the file with `PartsPlan.load`, every field checked)."""
+    specs = [_spec_json(part) for part in cut.parts]
+    plan = PartsPlan(written.plan_file, written.source, recorded.source_path, written.parts, specs, written.skeleton, recorded.digest,
+                     recorded.options, recorded.source_ops, recorded.dims, cut.budget, recorded.weight_bytes, written.part_files,
+                     recorded.compile_args, cut.nodes)
+    write_new(plan.path, json.dumps(plan.to_json(), indent=2, sort_keys=True) + "\n")
+    return plan
+
+
+def _spec_json(part: PartSpec) -> JsonObject:
+    return {"index": part.index, "nodes": [part.start, part.stop], "inputs": list(part.inputs), "outputs": list(part.outputs),
+            "initializers": len(part.initializers), "weight_bytes": part.weight_bytes}
+
+
+def _file_json(file: InputFile) -> JsonObject:
+    return {"name": file.name, "size": file.size, "sha256": file.sha256}
 
 
 # ---------------------------------------------------------------- validation
@@ -138,17 +158,17 @@ def _read(path: Path, document: JsonObject, internal: bool) -> PartsPlan:
     _need(len(parts) > 0, "parts", "must list at least one part")
     for index, name in enumerate(parts):
         _need(name == part_name(stem, index), f"parts[{index}]", f"must be {part_name(stem, index)!r}: the name split gives that part of {source}")
-    specs, budget = _plan(document["plan"], len(parts))
+    specs, budget, nodes = _plan(document["plan"], len(parts))
     _need(document["skeleton"] == skeleton_name(stem), "skeleton", f"must be {skeleton_name(stem)!r}")
     digest = _input(document["input"], source, internal)
     options = _options(document["options"])
     return PartsPlan(path, source, document["source_path"], parts, specs, document["skeleton"], digest, options,
                      _counts(document["source_ops"], "source_ops", 0), _counts(document["dims"], "dims", 0), budget,
                      _int(document["source_weight_bytes"], "source_weight_bytes"), _part_files(document["part_files"], parts, internal),
-                     _strings(document["compile_args"], "compile_args"))
+                     _strings(document["compile_args"], "compile_args"), nodes)
 
 
-def _plan(value: Any, count: int) -> tuple[list[JsonObject], int]:
+def _plan(value: Any, count: int) -> tuple[list[JsonObject], int, int]:
     """The cut: `count` parts of contiguous node ranges covering the graph, in order."""
     plan = _dict(value, "plan")
     _need(sorted(plan) == ["budget_bytes", "nodes", "parts"], "plan", "must hold budget_bytes, nodes and parts")
@@ -170,7 +190,7 @@ def _plan(value: Any, count: int) -> tuple[list[JsonObject], int]:
         _int(spec["initializers"], f"{where}.initializers")
         _int(spec["weight_bytes"], f"{where}.weight_bytes")
     _need(start == nodes, "plan.parts", f"must cover the graph's {nodes} nodes (they end at node {start})")
-    return specs, budget
+    return specs, budget, nodes
 
 
 def _input(value: Any, source: str, internal: bool) -> InputDigest:

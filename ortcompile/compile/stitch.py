@@ -29,7 +29,8 @@ from ortcompile.compile.epstep import EpStepOutput
 from ortcompile.compile.finish import Built, Finished, FinishPlan, ManifestPlan, finish, open_destination, stage_graph
 from ortcompile.compile.fragmentation import judge_fragmentation
 from ortcompile.compile.partcheck import CompiledPart, PartVerifier
-from ortcompile.compile.partsplan import PartsPlan, is_part_file
+from ortcompile.compile.partfiles import is_part_file
+from ortcompile.compile.partsplan import PartsPlan
 from ortcompile.compile.relayout import relayout_model
 from ortcompile.compile.shareddata import SharedDataPass
 from ortcompile.eps.request import ep_precision

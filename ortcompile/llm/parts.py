@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.partfiles import part_model_of
 from ortcompile.compile.partition import PartitionPlan, plan_partition
-from ortcompile.compile.split import part_model_of
 from ortcompile.errors import CompilationFailed
 from ortcompile.native import return_freed_memory
 from ortcompile.onnxfacts import stored_nbytes
