@@ -182,7 +182,7 @@ def test_compiled_model_metadata_is_readable_without_onnxruntime(tmp_path: Path)
 
 def test_cuda_major_mismatch_names_the_wheel_to_install() -> None:
     """The decision alone, on the version numbers a driver reports (12080 = CUDA 12.8): no driver is loaded here."""
-    from ortcompile.eps.diagnose import cuda_mismatch
+    from ortcompile.eps.loading import cuda_mismatch
 
     info = eps.lookup("nvtrtrtx")
     message = cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu13", 12080)
