@@ -45,11 +45,12 @@ def resolve_choice(choice: EpChoice, options: dict[str, str], target: str | None
 
 
 def _resolve_one(info: EpInfo, options: dict[str, str], target: str | None, validate: bool) -> ResolvedEp:
+    """The pipeline for one EP; its warnings are told once, in order: option keys, the EP's package, the target."""
     ask = ask_for(info, options, target)
     try:
         probe_library(info)
         loaded = load(ask)
-    except (EpUnavailable, ComponentMissing) as failure:
+    except (EpUnavailable, ComponentMissing) as failure:  # kept: match_target raises it after an option target
         loaded = Loaded(info, failure=failure)
     matched = match_target(ask, loaded)
     resolved = ResolvedEp(info, matched.devices[:1], matched.options, loaded.version, matched.target, matched.overridden,
