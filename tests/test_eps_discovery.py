@@ -32,6 +32,19 @@ def child(code: str, **env: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def test_the_resolve_pipeline_stays_off_the_up_to_date_path() -> None:
+    """--if-changed asks discovery which EP a compile would use: none of resolve's stages (their records cost start-up
+    time) nor onnxruntime's side of eps/ is imported for it."""
+    imported = child("""
+        import json, sys
+        from ortcompile.eps.discovery import choose_ep
+        choose_ep("qnn").expected(), choose_ep("auto").expected()
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("ortcompile.eps."))))
+    """)
+    stages = {f"ortcompile.eps.{m}" for m in ("ask", "loading", "matching", "resolution", "registry", "validate", "resolved")}
+    assert imported and not stages & set(imported), imported
+
+
 @pytest.mark.parametrize("ep_name, short", [
     ("QNNExecutionProvider", "qnn"), ("OpenVINOExecutionProvider", "openvino"), ("WebGpuExecutionProvider", "webgpu"),
     ("NvTensorRTRTXExecutionProvider", "nvtensorrtrtx"), ("CPUExecutionProvider", "cpu"), ("MyNPU_v2ExecutionProvider", "mynpuv2"),

@@ -164,6 +164,18 @@ def test_tensorrt_rtx_without_the_driver_fails_in_one_line(extra: tuple[str, ...
     assert snapshot(out) is None
 
 
+def test_a_mistyped_option_target_is_told_before_the_ep_fails_to_load() -> None:
+    """resolve looks an option target up before it raises the EP's failure to load (the library API has no typo check
+    before it): a usage error (exit 2) whatever the state of the EP, as when the target was looked up first."""
+    pytest.importorskip("onnxruntime_ep_nv_tensorrt_rtx")
+    if not _no_nvidia_driver():
+        pytest.skip("an NVIDIA driver is installed here: this test is about a machine without one")
+    with pytest.raises(ComponentMissing, match="libcuda.so.1"):
+        eps.resolve("nvtrtrtx", target="sm89")
+    with pytest.raises(UsageError, match="unknown --target 'sm99' for nvtensorrtrtx; valid targets: sm86, sm89, sm120, sm121"):
+        eps.resolve("nvtrtrtx", target="sm99")
+
+
 def test_tensorrt_rtx_listing_says_what_is_missing() -> None:
     pytest.importorskip("onnxruntime_ep_nv_tensorrt_rtx")
     if not _no_nvidia_driver():
@@ -182,7 +194,7 @@ def test_compiled_model_metadata_is_readable_without_onnxruntime(tmp_path: Path)
 
 def test_cuda_major_mismatch_names_the_wheel_to_install() -> None:
     """The decision alone, on the version numbers a driver reports (12080 = CUDA 12.8): no driver is loaded here."""
-    from ortcompile.eps.diagnose import cuda_mismatch
+    from ortcompile.eps.loading import cuda_mismatch
 
     info = eps.lookup("nvtrtrtx")
     message = cuda_mismatch(info, "onnxruntime-ep-nv-tensorrt-rtx-cu13", 12080)

@@ -3,11 +3,15 @@
 The only package that knows EP names and plugin packages. Importing it loads neither onnxruntime nor any
 plugin (an up-to-date `--if-changed` check asks `discovery.choose_ep` in milliseconds).
 
-- catalog.py    per-EP knowledge as data; the short-name rule; option-key checks
+- catalog.py    per-EP knowledge as data; the short-name rule; option-key checks (`ask_for`: what is asked)
 - discovery.py  installed plugin packages found by convention, read with `ast`; `lookup`
 - targets.py    compile targets: QNN SoCs, TensorRT RTX SMs (options); devices, virtual ones included
-- registry.py   registering libraries with onnxruntime; `resolve`, `list_eps`, `list_targets`
-- validate.py   provider option values checked by the EP itself on a one-node model
+- registry.py   `resolve`, `register`, `list_eps`, `list_targets`
+- resolution.py resolve's pipeline, a stage per module: ask.py (what is asked) → validate.probe_library →
+                loading.py (registering libraries with onnxruntime, listing devices) → matching.py (the target,
+                the devices that fit, the options) → validate.validate_options
+- libraries.py  EPs registered from a library path in this process, for lookups by name
+- validate.py   provider option values checked by the EP itself on a one-node model; a library probed first
 - compat.py     `check_compatibility`: does a compiled model fit the devices present
 - diagnose.py   one-line explanations when a driver or compiler library is missing
 """

@@ -61,12 +61,6 @@ class EpInfo:
             return "onnxruntime"
         return installed_distribution(self) or self.pip_name or self.module or "unknown"
 
-    def required_options(self, module: Any) -> dict[str, str]:
-        """Options the EP cannot start without, computed from its package (QNN: backend_path)."""
-        if module is None:
-            return {}
-        return {key: str(getattr(module, func)()) for key, func in self.injected_options if hasattr(module, func)}
-
     def names(self) -> tuple[str, ...]:
         return (self.short_name, *self.aliases, self.ep_name.lower())
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from ortcompile import native
 from ortcompile.child import answer_parent, run_child
 from ortcompile.eps.discovery import lookup
-from ortcompile.eps.registry import devices_of, register
+from ortcompile.eps.loading import devices_of
+from ortcompile.eps.registry import register
 from ortcompile.eps.targets import QNN_TARGETS, DeviceInfo, describe_device
 from ortcompile.errors import ComponentMissing, InvalidModel, UsageError, first_line
 from ortcompile.jsonedge import JsonObject

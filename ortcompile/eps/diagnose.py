@@ -1,16 +1,17 @@
 """One-line explanations for EP failures caused by something missing from this machine.
 
 The EP's own text ("libcuda.so.1: cannot open shared object file", "VCL compiler loading failed ...")
-names a library; the catalog says where that library comes from. No stand-in libraries are ever loaded:
-the CUDA driver is only asked for its version when it is really there.
+names a library; the catalog says where that library comes from. What to do when an EP loads but claims no
+device fits here too.
 """
 
 from __future__ import annotations
 
-import ctypes
+import os
 
 from ortcompile import ortmarkers
 from ortcompile.eps.catalog import MISSING_COMPONENTS, EpInfo
+from ortcompile.errors import ComponentMissing, EpUnavailable, OrtCompileError, first_line
 
 
 def missing_libraries(text: str) -> list[str]:
@@ -37,34 +38,14 @@ def explain_missing(info: EpInfo, text: str, doing: str) -> str | None:
     return f"{info.short_name}: cannot {doing}: {missing}" if missing else None
 
 
-def cuda_driver_version() -> int | None:
-    """The CUDA version the installed NVIDIA driver supports (e.g. 12080), or None without a driver."""
-    for name in ("libcuda.so.1", "nvcuda.dll"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        version = ctypes.c_int(0)
-        try:
-            if lib.cuDriverGetVersion(ctypes.byref(version)) == 0:
-                return version.value
-        except AttributeError:
-            return None
-    return None
-
-
-def cuda_mismatch(info: EpInfo, distribution: str, driver_version: int | None) -> str | None:
-    """An EP wheel built for a newer CUDA major than the driver supports: what to install instead."""
-    major = info.cuda_major.get(distribution)
-    if major is None or driver_version is None:
-        return None
-    driver_major, driver_minor = driver_version // 1000, (driver_version % 1000) // 10
-    if major <= driver_major:
-        return None
-    others = [d for d, m in info.cuda_major.items() if m <= driver_major]
-    fix = f"install {others[-1]} instead, or update the NVIDIA driver" if others else "update the NVIDIA driver"
-    return (f"{info.short_name}: {distribution} is built for CUDA {major}, but this NVIDIA driver supports CUDA up to "
-            f"{driver_major}.{driver_minor}: {fix}")
+def load_failure(info: EpInfo, refused: Exception) -> OrtCompileError:
+    """ONNX Runtime refused to register the EP's library: ComponentMissing (exit 1) when the text names a library this
+    machine lacks, EpUnavailable (exit 2) otherwise."""
+    text = str(refused)
+    missing = explain_missing(info, text, "load the EP")
+    if missing:
+        return ComponentMissing(missing, detail=text)
+    return EpUnavailable(f"{info.short_name}: could not load {info.library or info.distribution}: {first_line(refused)}", detail=text)
 
 
 def installed_twice(info: EpInfo) -> str | None:
@@ -88,3 +69,18 @@ def compile_failure_hint(info: EpInfo, text: str) -> str | None:
     """For ortstep: a compile error caused by a missing component, as one line (None: not that kind)."""
     return explain_missing(info, text, "compile")
 
+
+
+def no_device_hint(info: EpInfo) -> str:
+    """What to do when an EP is installed and loads but claims no device (fit for the target) here."""
+    if info.library is not None:
+        import onnxruntime as ort
+
+        names = sorted({d.ep_name for d in ort.get_ep_devices() if dict(d.ep_metadata).get("library_path") == info.library} - {info.ep_name})
+        if names:
+            return f"the library registers {', '.join(names)}: use --ep {names[0]}"
+    if info.short_name == "webgpu" and not os.environ.get("ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER"):
+        return "without a GPU, set ORT_WEBGPU_EP_ALLOW_SOFTWARE_ADAPTER=1 to use a software (Vulkan) adapter"
+    if info.short_name == "nvtensorrtrtx":
+        return "it offers a device only for an NVIDIA RTX GPU (sm86, sm89, sm120, sm121), also to cross-compile with --target"
+    return "run 'ortcompile eps --targets' to see what is available"

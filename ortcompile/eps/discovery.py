@@ -6,7 +6,7 @@ defines ``get_library_path()`` and ``get_ep_names()``. ortcompile looks at top-l
 ``onnxruntime_*`` plus every module in its catalog, and reads their source with ``ast``: importing a plugin
 package can be expensive (TensorRT RTX preloads 240 MB of libraries and imports onnxruntime), and an
 up-to-date check must not import onnxruntime at all. EP names come from the string constants of the module
-(``"...ExecutionProvider"``); the module is imported only when its EP is used (registry.py).
+(``"...ExecutionProvider"``); the module is imported only when its EP is used (loading.py).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ortcompile.eps.catalog import AUTO_ORDER, CPU_EP, KNOWN_EPS, EpInfo, distribution_of_module, short_name_for
+from ortcompile.eps.libraries import library_eps
 from ortcompile.eps.targets import find_target, static_targets
 from ortcompile.errors import UsageError
 
 PLUGIN_PREFIX = "onnxruntime_"
 _EP_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9]*ExecutionProvider$")
-_EXTRA: dict[str, EpInfo] = {}  # EPs registered from a library path in this process (--ep-library)
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,8 @@ def _known_by_ep_name() -> dict[str, EpInfo]:
 
 
 def all_eps() -> list[EpInfo]:
-    """The catalog, plus every installed plugin's EPs (defaults for those not in the catalog), plus --ep-library ones."""
+    """The catalog, plus every installed plugin's EPs (defaults for those not in the catalog), plus --ep-library ones
+    this process registered (libraries.py)."""
     by_name = _known_by_ep_name()
     result = {info.ep_name: info for info in KNOWN_EPS.values()}
     for package in installed_plugins():
@@ -102,15 +103,9 @@ def all_eps() -> list[EpInfo]:
             fallback = package.module.removeprefix(PLUGIN_PREFIX).removeprefix("ep_")
             result.setdefault(f"?{package.module}", EpInfo(fallback, "", True, package.module, distribution_of_module(package.module),
                                                          known=False, note="EP name known only after import"))
-    for info in _EXTRA.values():  # never in place of a packaged EP: `--ep qnn` keeps meaning the package
+    for info in library_eps():  # never in place of a packaged EP: `--ep qnn` keeps meaning the package
         result.setdefault(info.ep_name, info)
     return list(result.values())
-
-
-def add_library_ep(info: EpInfo) -> None:
-    """Remember an EP registered from a library path (registry.register, once it loaded), so lookups by its names
-    find it."""
-    _EXTRA[info.ep_name] = info
 
 
 def library_info(name: str, path: str) -> EpInfo:
@@ -156,7 +151,7 @@ class EpChoice:
 
     @property
     def candidates(self) -> tuple[EpInfo, ...]:
-        """The EPs to try, in order (registry.resolve takes the first that registers and has a device)."""
+        """The EPs to try, in order (resolution.resolve_choice takes the first that registers and has a device)."""
         return (self.named,) if self.named is not None else tuple(KNOWN_EPS[short] for short in AUTO_ORDER)
 
     def expected(self) -> EpInfo | None:

@@ -10,7 +10,8 @@ import warnings
 from ortcompile import native
 from ortcompile.child import answer_parent, die_with_parent
 from ortcompile.eps.discovery import library_info
-from ortcompile.eps.registry import devices_of, register, resolve
+from ortcompile.eps.loading import devices_of
+from ortcompile.eps.registry import register, resolve
 from ortcompile.eps.validate import MARK, check_options
 from ortcompile.errors import OrtCompileError
 from ortcompile.worker import mark_crash_contained

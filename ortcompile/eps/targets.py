@@ -10,7 +10,7 @@ Two kinds, chosen per EP in the catalog (`EpInfo.target_kind`):
   offers when its library is registered under ``<EP name>.virtual`` (device metadata ``is_virtual=1``;
   OpenVINO: NPU platforms, ep metadata ``npu_platform``).
 
-An explicit ``--ep-option`` wins over a target's option of the same key.
+An explicit ``--ep-option`` wins over a target's option of the same key (`apply_target`).
 """
 
 from __future__ import annotations
@@ -212,3 +212,4 @@ def device_matches(device: Any, target: Target) -> bool:
         if key.startswith("ep:") and data.ep_metadata.get(key[3:]) != value:
             return False
     return True
+

@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ortcompile import errors, native, ortmarkers
+from ortcompile import errors, native, ortmarkers, worker
 from ortcompile.child import run_child
 from ortcompile.eps import diagnose
 from ortcompile.eps.catalog import CPU_EP
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _CACHE: dict[tuple, list[str]] = {}
+_PROBED: set[str] = set()  # library paths a child process loaded without crashing
 
 
 @dataclass(frozen=True)
@@ -160,8 +161,11 @@ def _check_in_child(ep: ResolvedEp, user_options: dict[str, str], explicit_targe
 
 
 def probe_library(info: EpInfo) -> None:
-    """Register `info.library` (a plugin library given by path) in a child process first: EpUnavailable (exit 2)
-    naming the library when loading it kills the child (a truncated or damaged file) or fails."""
+    """Register `info.library` (a plugin library given by path) in a child process first, once per path (not in a
+    worker, whose crash is contained already): EpUnavailable (exit 2) naming the library when loading it kills the
+    child (a truncated or damaged file) or fails."""
+    if info.library is None or worker.crash_contained or info.library in _PROBED:
+        return
     spec = {"probe": "library", "ep": info.ep_name, "library": info.library, "verbose": native._show_native_output}
     answer, crash, log = _run_child(spec)
     if crash is not None:
@@ -170,6 +174,7 @@ def probe_library(info: EpInfo) -> None:
     if "error" in answer:
         cls = getattr(errors, answer["error"]["class"], EpUnavailable)
         raise cls(answer["error"]["message"], detail=answer["error"]["detail"])
+    _PROBED.add(info.library)
 
 
 def _run_child(spec: dict) -> tuple[dict, str | None, str]:
