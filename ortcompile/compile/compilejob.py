@@ -1,4 +1,4 @@
-"""The compile driver: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish, stamp).
+"""The compile driver: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish).
 
 `plan_compile` (plan/planner.py) makes every decision that can fail before work starts, as one frozen
 `CompilePlan`; `CompileJob` drives the passes from it into a staging directory (pass 1 in the worker child

@@ -1,4 +1,4 @@
-"""finish: check -> manifest -> verify -> publish -> stamp, shared by every way an output is made.
+"""finish: check -> manifest -> verify -> publish, shared by every way an output is made.
 
 A single compile, a weight-sharing batch (published together) and a stitched partitioned model all end here, so
 nothing reaches an output directory by another road. finish works from data: each `Built` carries its
@@ -106,7 +106,7 @@ def open_destination(target: OutputTarget, force: bool, inputs: list[Path], repo
 
 def finish(builds: list[Built], staging: Staging, workers: Workers, digests: list[Future[InputDigest]],
            shared: set[str] | None = None, unchecked: str | None = None, checked: list[CheckOutcome] | None = None) -> list[Finished]:
-    """check -> manifest -> verify -> publish -> stamp, for one model or a whole batch (published together).
+    """check -> manifest -> verify -> publish, for one model or a whole batch (published together).
 
     `unchecked`: why this machine cannot check these outputs (a shared EP context the simulator cannot load);
     `checked`: their checks, made on something it can load instead (twins.py), one per build."""

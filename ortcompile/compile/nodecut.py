@@ -173,7 +173,7 @@ def placed_stitch(plan: CompilePlan, placement: Placement, staging_dir: Path, jo
             raise CannotCut(exc.message, exc.detail) from exc
     job.timings["compile"] = time.perf_counter() - clock
     stitch = PlacedStitch(split.parts_plan, compiled_dir, plan.target, options, plan.ep,
-                          plan.source.path, job.reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=job.created_dirs,
+                          plan.source.path, job.reporter, plan.inputs, created_dirs=job.created_dirs,
                           timings=job.timings, part_results=results, pinned=frozenset(whole | set(placement.cut_ops)))
     stitch.compile_plan, stitch.state = plan, state
     return stitch

@@ -43,5 +43,5 @@ def partitioned_stitch(plan: CompilePlan, staging_dir: Path, reporter: Reporter,
     results = compile_parts(split, compiled_dir, plan.part_options, options.partition, compile_one, reporter)
     timings["compile"] = time.perf_counter() - clock
     return StitchJob(split.parts_plan, compiled_dir, plan.target, options, plan.ep, plan.source.path,
-                     reporter, plan.inputs, stamp_source=plan.source.path, created_dirs=created_dirs, timings=timings, part_results=results,
+                     reporter, plan.inputs, created_dirs=created_dirs, timings=timings, part_results=results,
                      offers=options.refusal_offers())

@@ -64,7 +64,6 @@ class StitchJob:
     source: Path | None  # the source model when it is at hand: the check runs against it, --verify needs it
     reporter: Reporter
     protected: list[Path]  # files the output must never overwrite: the source's, the plan, the compiled parts
-    stamp_source: Path | None = None  # --partition: the source, for --if-changed's stamp
     created_dirs: list[Path] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     peaks: dict[str, int] = field(default_factory=dict)
@@ -185,7 +184,7 @@ class StitchJob:
             parts = {"parts": [dict(p) for p in manifest.parts or ()]}
         compile_peak = max((r.peak_rss_bytes for r in self.part_results), default=0)
         return CompileResult(
-            source=self.stamp_source or self.source or self.plan.path, output_dir=self.target.directory, model=self.names.model,
+            source=self.source or self.plan.path, output_dir=self.target.directory, model=self.names.model,
             ep=self.ep.name, ep_version=self.ep.version, files=[f.to_json() for f in manifest.files], epcontext_nodes=built.graph.epcontext_nodes,
             remaining_ops=built.graph.remaining_ops, graph_bytes=built.graph.graph_bytes, external_initializers=built.step.external_count,
             inline_initializers=built.step.inline_count, timings=self.timings, peak_rss_bytes=max(peak_rss_bytes(), compile_peak),
