@@ -12,7 +12,7 @@ leaves a journal that the next run rolls forward (tested on real runs when a kil
 stale stage below, deterministically). Stale staging directories are never part of an output, and the next
 normal run succeeds and removes them.
 
-The large test needs `-m large` (a 0.87 GB model, ~1 min quiet); the stale-stage tests are small.
+The large test needs `-m large` (a 0.87 GB model; 2 min at load 7); the stale-stage tests are small.
 """
 
 from __future__ import annotations
