@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
+from bigmodel import BigModel, write_cpu_model
 from helpers import FIXTURES, CliResult, register_qnn, run_cli
 
 # Modules whose assertions are about the RSS of this (pytest's) process run first. What other modules do here (sessions,
@@ -67,3 +68,13 @@ def documented_compile(tmp_path_factory: pytest.TempPathFactory) -> Callable[[st
         return done[command]
 
     return compile_once
+
+
+@pytest.fixture(scope="session")
+def big_cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BigModel]:
+    """tests/bigmodel.py's 2.4 GB CPU model (a MatMul/Add chain over the protobuf limit), written once per session:
+    test_large compiles it with the CLI, test_buffers_large with compile_to_buffers (each wrote its own copy before:
+    2.4 GB more to write, 1-4 s). Callers only read it; it is deleted when the session ends."""
+    directory = tmp_path_factory.mktemp("bigcpu-src")
+    yield write_cpu_model(directory)
+    shutil.rmtree(directory, ignore_errors=True)

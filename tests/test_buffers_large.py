@@ -1,7 +1,8 @@
 """compile_to_buffers + open_session on a > 2 GB model, `ep="cpu"`: one copy of the weights, no more.
 
 Run with `-m large` (CI runs it). The model comes from tests/bigmodel.py (MatMul/Add chain, odd-sized weights,
-~2.35 GB of external data written in seconds without holding it in memory) and is deleted afterwards.
+~2.35 GB of external data written in seconds without holding it in memory), written once per session
+(conftest.py's `big_cpu_model`, which test_large compiles too) and deleted afterwards.
 
 Each measurement runs in its own child process, so its peak RSS is its own:
 - the measured child: compile_to_buffers + open_session + one run; reports VmHWM (the high-water mark of
@@ -31,9 +32,9 @@ import numpy as np
 import pytest
 
 try:
-    from bigmodel import BigModel, write_cpu_model
+    from bigmodel import BigModel
 except ImportError:
-    from tests.bigmodel import BigModel, write_cpu_model
+    from tests.bigmodel import BigModel
 
 pytestmark = pytest.mark.large
 
@@ -98,12 +99,13 @@ def _child(script: str, *args: str | Path, timeout: float = 900) -> subprocess.C
 
 
 @pytest.fixture(scope="module")
-def big(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def big(tmp_path_factory: pytest.TempPathFactory, big_cpu_model: BigModel) -> Any:
+    """The session's 2.4 GB CPU model (conftest.py: test_large compiles the same file), with this module's feeds
+    and the children's outputs in a directory of its own."""
     directory = tmp_path_factory.mktemp("bigbuffers")
-    model = write_cpu_model(directory, name="bigbuf")
     feeds = directory / "feeds.npz"
-    np.savez(feeds, **model.sample_input(seed=3))
-    yield model, directory, feeds
+    np.savez(feeds, **big_cpu_model.sample_input(seed=3))
+    yield big_cpu_model, directory, feeds
     shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -125,9 +127,9 @@ def test_model_is_over_the_protobuf_limit(big: Any) -> None:
 
 def test_buffers_hold_every_weight_in_one_planned_map(big: Any, measured: dict[str, Any]) -> None:
     model: BigModel = big[0]
-    assert list(measured["buffers"]) == ["bigbuf_ctx.onnx.data"]
+    assert list(measured["buffers"]) == [f"{model.path.stem}_ctx.onnx.data"]
     weights = sum(w.nbytes for w in model.weights)
-    used = measured["buffers"]["bigbuf_ctx.onnx.data"]
+    used = measured["buffers"][f"{model.path.stem}_ctx.onnx.data"]
     assert weights <= used < weights + 4096 * len(model.weights)  # only alignment padding on top
     # Allocated once, from the plan: one map of the planned size, the weights plus at most one alignment gap
     # each (no room for grow-and-copy, no doubling).

@@ -27,9 +27,9 @@ import numpy as np
 import pytest
 
 try:
-    from bigmodel import BigModel, write_cpu_model, write_qnn_model  # tests/ on sys.path (rootdir-less layout)
+    from bigmodel import BigModel, write_qnn_model  # tests/ on sys.path (rootdir-less layout)
 except ImportError:
-    from tests.bigmodel import BigModel, write_cpu_model, write_qnn_model
+    from tests.bigmodel import BigModel, write_qnn_model
 
 pytestmark = pytest.mark.large
 
@@ -114,12 +114,10 @@ def _check_manifest(out_dir: Path, stem: str) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def cpu_model(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    directory = tmp_path_factory.mktemp("bigcpu-src")
-    model = write_cpu_model(directory)
-    TIMINGS["generate cpu model"] = model.seconds
-    yield model
-    shutil.rmtree(directory, ignore_errors=True)
+def cpu_model(big_cpu_model: BigModel) -> BigModel:
+    """The session's 2.4 GB CPU model (conftest.py: test_buffers_large reads the same file)."""
+    TIMINGS["generate cpu model"] = big_cpu_model.seconds
+    return big_cpu_model
 
 
 @pytest.fixture(scope="module")
