@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ortcompile.output.hashcache import Fingerprint, cached_sha256, remember_sha256
+from ortcompile.output.hashcache import Fingerprint, remembered_sha256
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
 
@@ -117,18 +117,13 @@ def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDige
     for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
         fingerprint = Fingerprint.of(path)
         fingerprints.append(dataclasses.asdict(fingerprint))
-        size, sha256 = _size_and_sha256(path, fingerprint)
+        size, sha256 = remembered_sha256(path, fingerprint, _size_and_sha256)
         entries.append((name, size, sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
 
 
-def _size_and_sha256(path: Path, fingerprint: Fingerprint) -> tuple[int, str]:
-    if (known := cached_sha256(path, fingerprint)) is not None:
-        return fingerprint.size, known
-    started_ns = time.time_ns()
+def _size_and_sha256(path: Path) -> tuple[int, str]:
     written = hash_file(path)
-    if written.size == fingerprint.size:  # (a file that changed size under the hash is not remembered)
-        remember_sha256(path, fingerprint, written.sha256, started_ns)
     return written.size, written.sha256
 
 
@@ -143,6 +138,6 @@ def inputs_changed(source: Path, recorded: tuple[InputFile, ...], paths: tuple[P
         if not path.is_file():
             return f"input {entry.name} is missing"
         fingerprint = Fingerprint.of(path)  # before hashing, as digest_inputs does
-        if fingerprint.size != entry.size or _size_and_sha256(path, fingerprint)[1] != entry.sha256:
+        if fingerprint.size != entry.size or remembered_sha256(path, fingerprint, _size_and_sha256)[1] != entry.sha256:
             return f"input {entry.name} changed"
     return ""

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -51,6 +53,18 @@ def _entry_path(path: Path) -> Path:
     return cache_root() / "hashes" / f"{key}.json"
 
 
+def remembered_sha256(path: Path, fingerprint: Fingerprint, compute: Callable[[Path], tuple[int, str]]) -> tuple[int, str]:
+    """(size, sha256) of `path`: remembered for `fingerprint` (taken now, before hashing), else `compute`d and
+    remembered (a file that changed size under the hash is not)."""
+    if (known := cached_sha256(path, fingerprint)) is not None:
+        return fingerprint.size, known
+    started_ns = time.time_ns()
+    size, sha256 = compute(path)
+    if size == fingerprint.size:
+        remember_sha256(path, fingerprint, sha256, started_ns)
+    return size, sha256
+
+
 def cached_sha256(path: Path, fingerprint: Fingerprint) -> str | None:
     """The sha256 remembered for `path` when its fingerprint (taken now) is the one it was hashed with, else None."""
     if fingerprint.size < MIN_BYTES:
@@ -75,9 +89,9 @@ def remember_sha256(path: Path, fingerprint: Fingerprint, sha256: str, hashed_at
     target = _entry_path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        _drop_entries_of_missing_files(target.parent)
         # Atomic, not synced: an entry lost to a power cut costs one hash, an fsync would cost every compile.
         replace_file(target, json.dumps(entry, sort_keys=True), pending=target.with_name(f"{target.name}.{os.getpid()}.tmp"), sync=False)
-        _drop_entries_of_missing_files(target.parent)
     except OSError:
         pass
 
@@ -86,7 +100,7 @@ def _drop_entries_of_missing_files(directory: Path) -> None:
     """Keep the cache bounded: once it holds MAX_ENTRIES, forget the files that no longer exist (cheap beside the
     hash that made this entry)."""
     entries = list(directory.glob("*.json"))
-    if len(entries) < MAX_ENTRIES:
+    if len(entries) + 1 < MAX_ENTRIES:
         return
     for entry in entries:
         try:
