@@ -25,13 +25,14 @@ SPLIT = FIXTURES / "split.onnx"  # 3 QNN partitions with Mod and Sinh on the CPU
 
 @pytest.fixture
 def reports(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ParityReport]]:
-    """(function, report) of every worker call of the test that returned a load check or a comparison."""
+    """(function, report) of every worker call of the test that returned a load check or a comparison of a model
+    the test compiles (not of a --partition part, MODEL.partNN_ctx.onnx, checked on its own as it compiles)."""
     calls: list[tuple[str, ParityReport]] = []
     real = Worker.call
 
     def spy(self: Worker, func: Any, *args: Any, doing: str) -> Any:
         result = real(self, func, *args, doing=doing)
-        if isinstance(result, ParityReport):
+        if isinstance(result, ParityReport) and ".part" not in doing:
             calls.append((func.__name__, result))
         return result
 
@@ -85,6 +86,18 @@ def test_the_default_check_with_verify_is_the_one_parity_pass(tmp_path: Path, re
     assert len(check.run_seconds) == len(check.sets) > 1  # every input set run once, on that one session
     [document] = json.loads(result.stdout)["outputs"]
     assert document["timings"]["verify"] == 0.0
+
+
+def test_a_partitioned_model_checked_with_verify_is_the_one_parity_pass(tmp_path: Path, reports: list[tuple[str, ParityReport]]) -> None:
+    """The stitched model's check judges by --verify's criterion, as a whole model's does: verify adds no session pair."""
+    result = run_cli("compile", FIXTURES / "mlp.onnx", "-o", tmp_path / "out", "--ep", "qnn", "--partition", "2", "--verify", "-v", "--json")
+    assert result.returncode == 0, result.stderr
+    assert sessions(reports) == 1
+    [(name, check)] = reports
+    assert name == "run_parity" and check.mode == "run" and check.ok and len(check.run_seconds) == len(check.sets) > 1
+    [document] = json.loads(result.stdout)["outputs"]
+    assert document["epcontext_nodes"] == 4 and document["timings"]["verify"] == 0.0
+    assert "in the pre-publish check (one comparison)" in result.stderr and "verifying against the source" not in result.stderr
 
 
 def test_a_check_that_verify_would_not_repeat_keeps_its_own_session(tmp_path: Path, reports: list[tuple[str, ParityReport]]) -> None:
