@@ -30,11 +30,13 @@ from ortcompile.output.publish import Staging, check_destination, directory_lock
 from ortcompile.plan.planner import CheckPlan, VerifyPlan
 from ortcompile.progress import Reporter
 from ortcompile.version import __version__
-from ortcompile.worker import Workers
+from ortcompile.worker import Worker, Workers
 
 if TYPE_CHECKING:
     from ortcompile import eps
     from ortcompile.compile.epstep import EpStepOutput
+    from ortcompile.readback.parity import ParityReport
+    from ortcompile.readback.verify import PlannedVerify, VerifyReport
 
 
 @dataclass(frozen=True)
@@ -113,23 +115,30 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     first = builds[0].plan
     if unchecked and first.check.mode != "none" and checked is None:
         warnings.warn(f"{', '.join(b.plan.target.names.model for b in builds)}: not checked before publishing: {unchecked}", OrtCompileWarning, stacklevel=2)
-    done = []
+    done, opened = [], []
     for index, (built, digest) in enumerate(zip(builds, digests)):
-        plan = built.plan
+        plan, staged = built.plan, staging.path / built.plan.target.names.model
+        held = None  # --check load --verify: verify's comparison, whose session the load check opened and left open
         if checked is not None:
             outcome = checked[index]
         elif unchecked:
             outcome = CheckOutcome(CheckRecord("none", None, reason=unchecked), None)
         else:
-            outcome = run_check(staging.path / plan.target.names.model, plan.check, workers, plan.reporter)
-        manifest = manifest_for(built, digest.result(), outcome, shared)
+            outcome, held = check_staged(built, staged, digest.result(), shared, workers, alone=len(builds) == 1)
+        manifest = manifest_for(built, digest.result(), outcome, shared)  # the check record: what the check proved
         write_staged(staging.path / plan.target.names.manifest, manifest.to_bytes())
         done.append(Finished(manifest, outcome))
-    for built, finished in zip(builds, done):  # every model of the batch, before anything is published
+        opened.append(held)
+    for built, finished, held in zip(builds, done, opened):  # every model of the batch, before anything is published
         if built.plan.verify is None:
             continue
         verified = checked is None and _verified_by_the_check(finished.check, built.plan)  # a twin's check is not these files
-        finished.timings["verify"] = 0.0 if verified else run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
+        if verified:
+            finished.timings["verify"] = 0.0
+        elif held is not None:
+            finished.timings["verify"] = run_held_verify(held, workers, built.plan.reporter)
+        else:
+            finished.timings["verify"] = run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
     first.reporter.stage("publishing")
     staging.publish(_publish_order(builds), [b.plan.target for b in builds], first.force, [p for b in builds for p in b.plan.inputs])
@@ -139,15 +148,17 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     return done
 
 
-def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome, shared: set[str] | None) -> Manifest:
+def manifest_for(built: Built, digest: InputDigest, check: CheckOutcome | None, shared: set[str] | None) -> Manifest:
+    """The output's manifest; `check` None: without the check's record (what verify reads of it before the check)."""
     record = built.plan.manifest
     prepare = built.step.prepare.to_record() if built.step.prepare is not None else None
-    cpu_nodes = {**record.cpu_nodes, "worst_snr_db_after": worst_snr(check.report)} if record.cpu_nodes else None
+    report = check.report if check else None
+    cpu_nodes = {**record.cpu_nodes, "worst_snr_db_after": worst_snr(report)} if record.cpu_nodes else None
     return Manifest(model=built.plan.target.names.model, files=file_entries(built.files, shared), input_sha256=digest.combined,
                     input_files=digest.input_files, versions=record.versions, options=record.options,
                     nodes=node_counts(record.source_ops, built.graph),
                     initializers=InitializerCounts(built.step.external_count, built.step.inline_count),
-                    prepare=prepare, check=check.record, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
+                    prepare=prepare, check=check.record if check else None, target=record.target, parts=record.parts, cpu_nodes=cpu_nodes)
 
 
 def worst_snr(report: JsonObject | None) -> float | None:
@@ -190,12 +201,37 @@ def run_verify(model: Path, plan: VerifyPlan, reporter: Reporter) -> float:
     clock = time.perf_counter()
     report = verify_model(model, plan.source, dims=plan.dims, inputs=given_inputs(plan.freeze, plan.inputs), time_source=False,
                           **plan.criterion)
+    _publish_only_verified(report, reporter)
+    return time.perf_counter() - clock
+
+
+def verify_session(built: Built, staged: Path, digest: InputDigest, shared: set[str] | None) -> PlannedVerify | None:
+    """--check load --verify: verify's comparison planned before the load check, so that the check opens the session
+    verify runs (the compiled model opened once); None when the check loads only, or opens another session."""
+    from ortcompile.readback.verify import plan_staged_verify
+
+    plan = built.plan
+    if plan.check.mode != "load" or plan.verify is None:
+        return None
+    manifest = manifest_for(built, digest, None, shared)  # what verify reads of it: the EP, its options, the pins
+    return plan_staged_verify(staged, plan.verify.source, manifest, plan.check.request, plan.verify.dims,
+                              given_inputs(plan.verify.freeze, plan.verify.inputs), **plan.verify.criterion)
+
+
+def run_held_verify(planned: PlannedVerify, workers: Workers, reporter: Reporter) -> float:
+    """run_verify's comparison on the session the load check left open in the worker. Returns its seconds."""
+    reporter.stage("verifying against the source")
+    clock = time.perf_counter()
+    _publish_only_verified(planned.run_in(workers.get()), reporter)
+    return time.perf_counter() - clock
+
+
+def _publish_only_verified(report: VerifyReport, reporter: Reporter) -> None:
     if not report.ok:
         error = report.exception()
         raise type(error)(f"not published: {error.message}")
     worst = max((o.metric("max_abs") or 0.0 for run in report.runs for o in run.outputs), default=0.0)
     reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")
-    return time.perf_counter() - clock
 
 
 def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
@@ -208,6 +244,17 @@ def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
         model_file, blobs, graph = write_graph(step.graph_proto, staging_dir, model, embed, pool, staged)
     data = [f for f in staged.data_files if f.name in graph.data_locations]
     return [(model_file, "model"), *((f, "data") for f in data), *((f, "ep_context") for f in blobs)], graph
+
+
+def check_staged(built: Built, staged: Path, digest: InputDigest, shared: set[str] | None, workers: Workers,
+                 alone: bool) -> tuple[CheckOutcome, PlannedVerify | None]:
+    """The pre-publish check of a staged output, and with --check load --verify (`alone`: not a batch, whose sessions
+    would all be held at once) verify's comparison, whose session the check opened and left open."""
+    plan = built.plan
+    held = verify_session(built, staged, digest, shared) if alone else None
+    if held is None:
+        return run_check(staged, plan.check, workers, plan.reporter), None
+    return check_in_verify_session(staged, plan.check, held, workers, plan.reporter), held
 
 
 def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: Reporter) -> CheckOutcome:
@@ -229,6 +276,29 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
     request_ = check.check_request(staged_model, source.absolute(), plan.request, mode, plan.precision, plan.dims, given, verify_criterion,
                                    offers=plan.offers)
     report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
+    return _passed(report, plan, bool(given), clock, worker, reporter)
+
+
+def check_in_verify_session(staged_model: Path, plan: CheckPlan, verify: PlannedVerify, workers: Workers, reporter: Reporter) -> CheckOutcome:
+    """The load check (`--check load`) when --verify follows: verify's session opened in the worker child and left
+    open there for verify's run (parity.open_for_run). The load is proven when that session is created."""
+    from ortcompile.readback.parity import open_for_run
+
+    if plan.note:
+        reporter.detail(plan.note)
+    clock = time.perf_counter()
+    worker = workers.get()
+    reporter.stage(f"checking {staged_model.name}: load on {plan.ep_label}")
+    assert verify.parity is not None  # (plan_staged_verify plans nothing else)
+    report = worker.call(open_for_run, verify.parity, doing=f"loading the compiled {staged_model.name}")
+    return _passed(report, plan, bool(given_inputs(plan.freeze, plan.inputs)), clock, worker, reporter)
+
+
+def _passed(report: ParityReport, plan: CheckPlan, given: bool, clock: float, worker: Worker, reporter: Reporter) -> CheckOutcome:
+    """The check's outcome (its record, its report, its time and peak), or its refusal: nothing is published."""
+    from ortcompile.readback import check
+
+    source, verify_criterion = plan.source, plan.verify_criterion
     if not report.ok:
         detail = check.failure_detail(report)
         failed = (VerificationFailed(f"not published: {report.failure()}", detail=detail)  # the very verdict --verify gives
@@ -237,10 +307,10 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
         failed.parity_report = report  # type: ignore[attr-defined]  # fallback.py localizes the divergence from it
         raise failed
     if report.warning:
-        warnings.warn(f"{source.name}: {report.warning}", OrtCompileWarning, stacklevel=2)
+        warnings.warn(f"{source.name}: {report.warning}", OrtCompileWarning, stacklevel=3)
     seconds = time.perf_counter() - clock
     reporter.detail(check.describe_ok(report, seconds))
-    return CheckOutcome(check.record(report, bool(given)), check.to_json(report), seconds, worker.peak_rss_bytes)
+    return CheckOutcome(check.record(report, given), check.to_json(report), seconds, worker.peak_rss_bytes)
 
 
 def _publish_order(builds: list[Built]) -> list[str]:

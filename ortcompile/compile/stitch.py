@@ -142,10 +142,11 @@ class StitchJob:
             mode = "load"
         if mode != "none":
             mode = self._mode_within_memory(mode, self._output_bytes(staging_dir))
-        # --input included: the parts never see it, the stitched model does
+        # --input included: the parts never see it, the stitched model does; with --verify the check judges by its
+        # criterion, so that it is verify's one comparison (finish.py: a second session pair would prove nothing more)
         return CheckPlan(mode, self.source or self.plan.path, ep_request(self.options), self.ep.info.short_name,
-                         ep_precision(self.ep, self.plan.source_ops), self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), None,
-                         offers=self.offers)
+                         ep_precision(self.ep, self.plan.source_ops), self.plan.dims, dict(self.options.freeze), dict(self.options.inputs),
+                         self.options.verify_criterion if self.options.verify else None, offers=self.offers)
 
     def _output_bytes(self, staging_dir: Path) -> int:
         """What opening the output costs: its staged files (the EP's contexts are read whole; data is mapped)."""

@@ -4,7 +4,8 @@ Shared by the pre-publish check (compile) and `verify`: it runs in the worker ch
 (a corrupted QNN blob loads, then segfaults on its first run) cannot take ortcompile down. One session at a
 time, each freed before the next, so a large model is never held twice; the outputs are compared in the
 child, so they are never copied back either. Only a small source's CPU reference runs beside the compiled
-model's runs (reference.py; the pre-publish check asks for it).
+model's runs (reference.py; the pre-publish check asks for it). `compile --check load --verify` opens the compiled model
+once: its load check (`open_for_run`) opens verify's session and leaves it open in the child for verify's run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import gc
 import resource
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,7 @@ class ParityReport:
     failed_output: str = ""
     seeds_of_sets: list[int] = field(default_factory=list)
     concurrent_reference: bool = False  # the source's CPU run went beside the compiled model's
+    compiled_sessions: int = 0  # sessions this call opened on the compiled model (0: it ran on one open_for_run left open)
 
     def failure(self) -> str:
         return f"{self.error}; {self.hint}" if self.hint else self.error
@@ -118,11 +121,11 @@ class ParityReport:
 
 
 def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
-    """In the worker child: load (and run) the compiled model on its EP; compare with the source on the CPU EP."""
+    """In the worker child: load (and run) the compiled model on its EP; compare with the source on the CPU EP.
+    A session `open_for_run` left open in this child for the same request is used instead of opening it again."""
     report = ParityReport(request.mode)
-    ep = request.ep.resolve()
-    cpu = _cpu_seconds()
-    try:
+
+    def compare(ep: Any) -> None:
         reference = SourceReference(request.source, request.dims, request.config, request.concurrent_reference)
         report.concurrent_reference = request.concurrent_reference and request.mode == "run"
         outputs, feeds = _run_compiled(request, ep, report, reporter, reference)
@@ -133,6 +136,39 @@ def run_parity(request: ParityRequest, reporter: Reporter) -> ParityReport:
             if not report.ok and report.failed_output and request.criterion is not None:
                 report.hint = next_steps(request.criterion.purpose if request.publish_anyway else "verify", can_pin=ep.name in CPU_PINNING_EPS,
                                          offers=request.offers)
+
+    return _measured(request, report, compare)
+
+
+def open_for_run(request: ParityRequest, reporter: Reporter) -> ParityReport:
+    """In the worker child, the load check of `compile --check load --verify`: open the compiled model as the run of
+    `request` (verify's) opens it and keep it open in this child for that `run_parity` call, so the model is opened
+    once. The report is a load check's: the load is proven when it comes back ok."""
+    report = ParityReport("load")
+
+    def hold(ep: Any) -> None:
+        timed = _open_compiled(request, ep, report)
+        _take_stock(request, ep, timed, report)
+        _held[request.model] = (_session_key(request), timed)
+
+    return _measured(request, report, hold)
+
+
+# In the worker child: the compiled model `open_for_run` opened, for the `run_parity` of the same request that follows
+_held: dict[Path, tuple[tuple[Any, ...], Any]] = {}
+
+
+def _session_key(request: ParityRequest) -> tuple[Any, ...]:
+    """What the compiled model's session depends on: the same key, the same session."""
+    return request.ep, sorted(request.dims.items()), sorted(request.config.items()), request.mode
+
+
+def _measured(request: ParityRequest, report: ParityReport, work: Callable[[Any], None]) -> ParityReport:
+    """`work(ep)` with its CPU time in the report; an error of the EP or of a session is the report's failure."""
+    ep = request.ep.resolve()
+    cpu = _cpu_seconds()
+    try:
+        work(ep)
     except (InvalidModel, UsageError):
         raise  # the source itself does not load, or the inputs/dims/EP asked for cannot work: not a failed comparison
     except OrtCompileError as exc:
@@ -161,31 +197,48 @@ def _switch_hint(source: Path) -> str:
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter,
                   reference: SourceReference) -> tuple[list[Arrays], list[Arrays]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
-    label = f"the compiled {request.model.name}"
-    config = {RECORD_ASSIGNMENT: "1", **request.config}
-    options = _load_only_options(ep, request.dims, config) if request.mode == "load" else None
-    try:
-        timed = open_session(request.model, ep, request.dims, config=config, options=options, label=label)
-    except OrtCompileError:
-        _refuse_invalid_source(request)
-        raise
-    report.seconds["compiled"] = timed.seconds
-    assigned = assigned_nodes(timed.session)
-    report.placement, report.placement_nodes = counts_by_ep(assigned), nodes_by_ep(assigned)
-    off_ep = report.placement.get(CPU_EP, {}).get("EPContext", 0)
-    if off_ep:
-        raise OrtCompileError(f"{off_ep} EPContext node{'s' if off_ep > 1 else ''} of {request.model.name} not taken by {ep.name}")
+    key, timed = _held.pop(request.model, (None, None))
+    if key != _session_key(request):
+        timed = None  # (one held for another request is let go before this one opens)
+        timed = _open_compiled(request, ep, report)
+    _take_stock(request, ep, timed, report)
     if request.mode != "run":
         return [], []
     feeds = _feeds(request, timed.session, report)
     reporter.stage(f"running {request.model.name} on {ep.name}")
     clock = time.perf_counter()
     with reference.beside(feeds):
-        outputs = [_timed_run(timed.session, f, label, ep, report) for f in feeds]
+        outputs = [_timed_run(timed.session, f, _label(request), ep, report) for f in feeds]
         report.seconds["run"] = time.perf_counter() - clock
     del timed
     gc.collect()
     return outputs, feeds
+
+
+def _label(request: ParityRequest) -> str:
+    return f"the compiled {request.model.name}"
+
+
+def _open_compiled(request: ParityRequest, ep: Any, report: ParityReport) -> Any:
+    """The compiled model's session on its EP (a load-only check's at the basic optimization level)."""
+    config = {RECORD_ASSIGNMENT: "1", **request.config}
+    options = _load_only_options(ep, request.dims, config) if request.mode == "load" else None
+    report.compiled_sessions += 1
+    try:
+        return open_session(request.model, ep, request.dims, config=config, options=options, label=_label(request))
+    except OrtCompileError:
+        _refuse_invalid_source(request)
+        raise
+
+
+def _take_stock(request: ParityRequest, ep: Any, timed: Any, report: ParityReport) -> None:
+    """The session's load time and placement in the report; every EPContext node must be on the EP."""
+    report.seconds["compiled"] = timed.seconds
+    assigned = assigned_nodes(timed.session)
+    report.placement, report.placement_nodes = counts_by_ep(assigned), nodes_by_ep(assigned)
+    off_ep = report.placement.get(CPU_EP, {}).get("EPContext", 0)
+    if off_ep:
+        raise OrtCompileError(f"{off_ep} EPContext node{'s' if off_ep > 1 else ''} of {request.model.name} not taken by {ep.name}")
 
 
 def _load_only_options(ep: Any, dims: dict[str, int], config: dict[str, str]) -> Any:

@@ -23,15 +23,18 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile import eps
+from ortcompile.eps.catalog import library_options
 from ortcompile.eps.request import EpRequest, ep_precision
 from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, UsageError, VerificationFailed
 from ortcompile.jsonedge import JsonObject
+from ortcompile.naming import manifest_path_for
 from ortcompile.native import native_output_shown
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import Manifest
 from ortcompile.paths import not_a_model_file
 from ortcompile.plan.shapes import resolve_pins
 from ortcompile.plan.source import SourceModel, read_source
+from ortcompile.progress import SilentReporter
 from ortcompile.readback.criteria import Criterion, criterion_for
 from ortcompile.readback.given import Given
 from ortcompile.readback.inspect import TensorInfo, inspect_model
@@ -41,7 +44,7 @@ from ortcompile.readback.nextsteps import next_steps, placement_step
 from ortcompile.readback.parity import ParityReport, ParityRequest, ParityRun, run_parity
 from ortcompile.run.load import recorded_ep_options
 from ortcompile.run.sessions import probe_load
-from ortcompile.worker import fresh_worker
+from ortcompile.worker import Worker, fresh_worker
 
 VERIFY_FORMAT = "ortcompile-verify/2"
 
@@ -159,23 +162,79 @@ def verify_model(
         raise InvalidModel(problem)
     source = read_source(reference)
     integrity = check_manifest(compiled, hash_files=True)
+    planned = plan_verify(compiled, reference, source, integrity, ep, criterion, seed, runs, dims, inputs, time_source, precision,
+                          localize, **criterion_overrides)
+    planned.report.reference_note = _reference_note(reference, integrity.manifest)
+    if planned.parity is None:
+        return planned.report
+    with fresh_worker(planned.label, None, native_output_shown()) as worker:
+        return planned.run_in(worker)
+
+
+@dataclass
+class PlannedVerify:
+    """What verify runs, decided in the parent: the report so far and the comparison (None: integrity failed, nothing runs)."""
+
+    report: VerifyReport
+    parity: ParityRequest | None
+    resolved: eps.ResolvedEp
+    localize: bool
+
+    @property
+    def label(self) -> str:
+        """Who a crash in the worker is blamed on."""
+        return f"the {self.resolved.info.short_name} EP"
+
+    def run_in(self, worker: Worker) -> VerifyReport:
+        """The comparison (and the localization of a divergence) in `worker`, named and silent as verify's own worker
+        is; a session `open_for_run` left open there for this comparison is the one it runs."""
+        assert self.parity is not None
+        label, reporter = worker.label, worker.reporter
+        worker.label, worker.reporter = self.label, SilentReporter()
+        try:
+            self.report.parity, self.report.divergence = _run(worker, self.parity, self.resolved, self.localize)
+        finally:
+            worker.label, worker.reporter = label, reporter
+        return self.report
+
+
+def plan_verify(compiled: Path, reference: Path, source: SourceModel, integrity: ManifestStatus, ep: str | None = None,
+                criterion: Criterion | None = None, seed: int = 0, runs: int = 1, dims: dict[str, int] | None = None,
+                inputs: dict[str, Given] | None = None, time_source: bool = True, precision: str | None = None, localize: bool = True,
+                **criterion_overrides: Any) -> PlannedVerify:
+    """verify_model's decisions, from the manifest's status (`integrity`) and the source read: the EP, the criterion,
+    the dims and the comparison to run."""
     structure = inspect_model(compiled)
     request = _ep_request(ep, integrity, compiled)
     resolved = request.resolve()
     criterion = criterion or criterion_for(precision or _precision(resolved, source), "verify", **criterion_overrides)
     report = VerifyReport(compiled, reference, resolved.name, criterion, integrity)
     report.structure_problems = [p for p in structure.problems if p not in integrity.problems]
-    report.reference_note = _reference_note(reference, integrity.manifest)
     if not report.integrity_ok:
-        return report
+        return PlannedVerify(report, None, resolved, localize)
     recorded = integrity.manifest.options if integrity.manifest else {}
     chosen = choose_dims(source, structure.inputs, recorded, dims or {})
     if integrity.manifest and integrity.manifest.shares_ep_context:
         _require_loadable_shared_context(compiled, resolved, chosen)
     parity = ParityRequest(compiled.absolute(), reference.absolute(), request, "run", criterion, chosen,
                            tuple(seed + i for i in range(max(1, runs))), dict(inputs or {}), time_source)
-    report.parity, report.divergence = _run(parity, resolved, localize)
-    return report
+    return PlannedVerify(report, parity, resolved, localize)
+
+
+def plan_staged_verify(compiled: Path, reference: Path, manifest: Manifest, check: EpRequest, dims: dict[str, int],
+                       inputs: dict[str, Given], **criterion: Any) -> PlannedVerify | None:
+    """`compile --verify` of a staged output whose manifest is still in memory (its files were hashed as they were
+    written), planned so that its load check opens verify's session (parity.open_for_run); None when that session
+    would not be the one the check opens (`check`: the check's EP request; verify leaves out a recorded option that
+    loads a library) or verify would open something first (a shared context's probe)."""
+    if check.library or library_options(check.options) or manifest.shares_ep_context:
+        return None
+    integrity = ManifestStatus(manifest_path_for(compiled), found=True, hashed=False, manifest=manifest)
+    planned = plan_verify(compiled, reference, read_source(reference), integrity, dims=dims, inputs=inputs, time_source=False, **criterion)
+    checked = check.resolve()
+    if planned.parity is None or (planned.resolved.name, planned.resolved.options) != (checked.name, checked.options):
+        return None
+    return planned
 
 
 def _reference_note(reference: Path, manifest: Manifest | None) -> str:
@@ -190,21 +249,20 @@ def _reference_note(reference: Path, manifest: Manifest | None) -> str:
             f"{recorded.size} bytes, sha256 {recorded.sha256[:12]}...); its outputs are the reference anyway")
 
 
-def _run(request: ParityRequest, resolved: eps.ResolvedEp, localize: bool) -> tuple[ParityReport, Divergence | None]:
-    with fresh_worker(f"the {resolved.info.short_name} EP", None, native_output_shown()) as worker:
-        parity = worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
-        # Only where the EP computes in another precision: CPU against CPU, or an fp32 tolerance, localizes nothing
-        if not (localize and parity.outputs_differ and request.criterion is not None and request.criterion.kind == "parity"
-                and resolved.name != eps.CPU_EP):
-            return parity, None
-        failed_run = parity.failed_run
-        assert failed_run is not None  # outputs_differ
-        where = LocalizeRequest(request.source, request.source, request.ep, request.criterion, dict(parity.dims), failed_run.seed,
-                                request.given, parity.failed_set)
-        try:
-            return parity, worker.call(localize_in_child, where, doing=f"localizing the divergence in {request.source.name}")
-        except Exception as exc:  # only a diagnosis: never hide the comparison's own verdict
-            return parity, Divergence(error=str(getattr(exc, "message", exc)))
+def _run(worker: Worker, request: ParityRequest, resolved: eps.ResolvedEp, localize: bool) -> tuple[ParityReport, Divergence | None]:
+    parity = worker.call(run_parity, request, doing=f"running {request.model.name} and its source")
+    # Only where the EP computes in another precision: CPU against CPU, or an fp32 tolerance, localizes nothing
+    if not (localize and parity.outputs_differ and request.criterion is not None and request.criterion.kind == "parity"
+            and resolved.name != eps.CPU_EP):
+        return parity, None
+    failed_run = parity.failed_run
+    assert failed_run is not None  # outputs_differ
+    where = LocalizeRequest(request.source, request.source, request.ep, request.criterion, dict(parity.dims), failed_run.seed,
+                            request.given, parity.failed_set)
+    try:
+        return parity, worker.call(localize_in_child, where, doing=f"localizing the divergence in {request.source.name}")
+    except Exception as exc:  # only a diagnosis: never hide the comparison's own verdict
+        return parity, Divergence(error=str(getattr(exc, "message", exc)))
 
 
 def _precision(resolved: eps.ResolvedEp, source: SourceModel) -> str:
