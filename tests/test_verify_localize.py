@@ -78,3 +78,15 @@ def test_gem_pooling_verified_on_dim_images(tmp_path: Path) -> None:
     assert [r.node for r in report.divergence.first] == ["gem_pow"]
     assert "first diverging node: 'gem_pow' (Pow on QNN: SNR" in report.failure()
     assert "compile with --fallback auto to move it to the CPU EP, or --cpu-nodes gem_pow" in report.failure()
+
+
+def test_compile_verify_of_a_partition_offers_only_what_partition_takes(frontend: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """compile --partition --check load --verify: verify refuses after a load check, and its next step is --cpu-nodes,
+    never --fallback auto (which --partition refuses)."""
+    source, _, tones = frontend
+    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn", "--partition", "1MB", "--check", "load", "--verify",
+                     "--input", f"x={tones}")
+    assert result.returncode == 5 and not (tmp_path / "out" / "frontend_ctx.onnx").exists()
+    error = next(line for line in result.stderr.splitlines() if line.startswith("ortcompile: error:"))
+    assert "first diverging node: 'log'" in error and "; next: compile with --cpu-nodes log to keep it on the CPU EP; --inputs DIR" in error
+    assert "--fallback" not in error

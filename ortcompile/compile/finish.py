@@ -10,6 +10,7 @@ the result from that.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import time
 import warnings
 from collections.abc import Iterable
@@ -136,7 +137,7 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
         if verified:
             finished.timings["verify"] = 0.0
         elif held is not None:
-            finished.timings["verify"] = run_held_verify(held, workers, built.plan.reporter)
+            finished.timings["verify"] = run_held_verify(held, built.plan.verify, workers, built.plan.reporter)
         else:
             finished.timings["verify"] = run_verify(staging.path / built.plan.target.names.model, built.plan.verify, built.plan.reporter)
     clock = time.perf_counter()
@@ -201,7 +202,7 @@ def run_verify(model: Path, plan: VerifyPlan, reporter: Reporter) -> float:
     clock = time.perf_counter()
     report = verify_model(model, plan.source, dims=plan.dims, inputs=given_inputs(plan.freeze, plan.inputs), time_source=False,
                           **plan.criterion)
-    _publish_only_verified(report, reporter)
+    _publish_only_verified(report, plan.offers, reporter)
     return time.perf_counter() - clock
 
 
@@ -218,17 +219,18 @@ def verify_session(built: Built, staged: Path, digest: InputDigest, shared: set[
                               given_inputs(plan.verify.freeze, plan.verify.inputs), **plan.verify.criterion)
 
 
-def run_held_verify(planned: PlannedVerify, workers: Workers, reporter: Reporter) -> float:
+def run_held_verify(planned: PlannedVerify, plan: VerifyPlan, workers: Workers, reporter: Reporter) -> float:
     """run_verify's comparison on the session the load check left open in the worker. Returns its seconds."""
     reporter.stage("verifying against the source")
     clock = time.perf_counter()
-    _publish_only_verified(planned.run_in(workers.get()), reporter)
+    _publish_only_verified(planned.run_in(workers.get()), plan.offers, reporter)
     return time.perf_counter() - clock
 
 
-def _publish_only_verified(report: VerifyReport, reporter: Reporter) -> None:
+def _publish_only_verified(report: VerifyReport, offers: tuple[str, ...], reporter: Reporter) -> None:
+    """Raise the refusal of a model that differs, its next steps as far as the compile's command takes them (`offers`)."""
     if not report.ok:
-        error = report.exception()
+        error = dataclasses.replace(report, offers=offers).exception()
         raise type(error)(f"not published: {error.message}")
     worst = max((o.metric("max_abs") or 0.0 for run in report.runs for o in run.outputs), default=0.0)
     reporter.detail(f"verified: outputs match the source on the CPU EP (max abs diff {worst:.3g}; {report.criterion.kind})")

@@ -129,7 +129,8 @@ class StitchJob:
         verify = None
         if self.options.verify:
             assert self.source is not None  # plan_stitch refuses --verify without the source
-            verify = VerifyPlan(self.source, self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), self.options.verify_criterion)
+            verify = VerifyPlan(self.source, self.plan.dims, dict(self.options.freeze), dict(self.options.inputs), self.options.verify_criterion,
+                                self.offers)
         return FinishPlan(self.target, self.protected, self.options.force, self.check_plan(staging_dir),
                           verify, record, self.reporter)
 

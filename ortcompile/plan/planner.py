@@ -99,6 +99,7 @@ class VerifyPlan:
     freeze: dict[str, int | float]
     inputs: GivenInputs
     criterion: CriterionSettings
+    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options of the command the user ran that a refusal may suggest
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,8 @@ def _verify_plan(planned: SourcePlan) -> VerifyPlan | None:
     options = planned.options
     if not options.verify:
         return None
-    return VerifyPlan(planned.source.path, planned.pins.named, dict(options.freeze), dict(options.inputs), options.verify_criterion)
+    return VerifyPlan(planned.source.path, planned.pins.named, dict(options.freeze), dict(options.inputs), options.verify_criterion,
+                      options.refusal_offers())
 
 
 def plan_source(source_path: Path, options: CompileOptions) -> SourcePlan:

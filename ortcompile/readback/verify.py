@@ -29,6 +29,7 @@ from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, 
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
 from ortcompile.native import native_output_shown
+from ortcompile.options import ALL_REFUSAL_OFFERS
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import Manifest
 from ortcompile.paths import not_a_model_file
@@ -60,6 +61,7 @@ class VerifyReport:
     structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
     reference_note: str = ""  # when the reference is not the source the manifest records: the outputs are compared anyway
     divergence: Divergence | None = None  # where the outputs start to differ (when they do)
+    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options a refusal may suggest: compile's, or a compile's (nextsteps.py)
 
     @property
     def integrity_ok(self) -> bool:
@@ -82,7 +84,7 @@ class VerifyReport:
             return "nothing was run"
         if self.divergence is None:
             return self.parity.failure()
-        return f"{self.parity.error}; {self.divergence.summary()}; {next_steps('verify', first=self._placement_step())}"
+        return f"{self.parity.error}; {self.divergence.summary()}; {next_steps('verify', first=self._placement_step(), offers=self.offers)}"
 
     def divergence_lines(self) -> list[str]:
         """-v: where the outputs start to differ, node by node (nothing when they do not)."""
@@ -98,7 +100,7 @@ class VerifyReport:
         if self.divergence.agrees:  # the source is computed right on the EP: the compiled file is what differs
             return "compile it again from the source (the compiled graph or its context is not what the source compiles to)"
         nodes = [r.node for r in self.divergence.first]
-        return placement_step(nodes, "compile with ")
+        return placement_step(nodes, "compile with ", self.offers)
 
     def exception(self) -> OrtCompileError:
         """The error for a failed verification: exit 5 when the model differs (files, outputs), exit 1 when a
