@@ -277,12 +277,12 @@ def _pidfd(pid: int) -> int | None:
 
 
 def _become(request: dict[str, Any], fds: list[int], zygotes: list[int]) -> None:
-    """The fork's side: what a fresh `python -c` child would have inherited, then its entry; never returns."""
+    """The fork's side: what a fresh `python -c` child would have inherited, then its entry; never returns.
+    (Ctrl-C stays ignored, as the worker asks at once: a fork never prints a KeyboardInterrupt of the user's.)"""
     code = 0
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # (as a fresh interpreter starts; a worker ignores it)
         for fd in (*zygotes, fds[0]):
             os.close(fd)
         os.dup2(fds[1], 1)
