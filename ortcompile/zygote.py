@@ -18,6 +18,7 @@ has reaped it, so a crash is named by its signal as for a child of the caller's 
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import fcntl
 import importlib
@@ -134,9 +135,12 @@ class _Zygote:
         return not self._forks
 
     def close(self) -> None:
-        """Ends it (its forks too, by their death signal: call it idle)."""
-        self._socket.close()  # the zygote leaves when it reads the end of its socket
-        self.process.kill()
+        """Ends it and the forks it still has, and reaps it (/usr/bin/time of this process then counts its CPU)."""
+        self._socket.close()  # the zygote kills and reaps its forks, then leaves, when it reads the end of its socket
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
 
     def fork(self, entry: str, args: Sequence[str], pass_fds: Sequence[int], env: dict[str, str]) -> Forked | None:
         """`entry` in a fork with `args` as its argv; None when the zygote cannot serve (gone, or no directory)."""
@@ -192,6 +196,7 @@ def spawn(entry: str, args: Callable[[int], Sequence[str]], pass_fds: Sequence[i
             _failed = True
             return None
         if _zygote is not None and not _zygote.serves(env) and _zygote.idle():  # (a test or a service set a variable)
+            atexit.unregister(_zygote.close)
             _zygote.close()
             _zygote = None
         if _zygote is None:
@@ -200,6 +205,7 @@ def spawn(entry: str, args: Callable[[int], Sequence[str]], pass_fds: Sequence[i
             except OSError:
                 _failed = True
                 return None
+            atexit.register(_zygote.close)
         zygote = _zygote
         if not zygote.serves(env):  # another environment while its forks of this one run
             return None
@@ -251,15 +257,24 @@ def _serve(control: socket.socket) -> None:
                 os.close(fd)
             statuses[pid] = fds[0]
             pidfd = _pidfd(pid)
-            socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [] if pidfd is None else [pidfd])
+            with contextlib.suppress(OSError):  # (the caller gave up waiting: it reads the end of the socket next)
+                socket.send_fds(control, [json.dumps({"pid": pid}).encode()], [] if pidfd is None else [pidfd])
             if pidfd is not None:
                 os.close(pidfd)
+    for pid in statuses:  # the caller exited or let it go: what it forked goes too
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _reap(statuses, wait=True)
     leave()
 
 
-def _reap(statuses: dict[int, int]) -> None:
+def _reap(statuses: dict[int, int], wait: bool = False) -> None:
     while statuses:
-        pid, status = os.waitpid(-1, os.WNOHANG)
+        try:
+            pid, status = os.waitpid(-1, 0 if wait else os.WNOHANG)
+        except ChildProcessError:
+            return
         if pid == 0:
             return
         fd = statuses.pop(pid, None)
