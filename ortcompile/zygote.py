@@ -181,23 +181,26 @@ def _umask() -> int:
 
 
 _zygote: _Zygote | None = None
+_retiring: list[_Zygote] = []  # zygotes of an earlier environment, closed once the forks they made have ended
 _failed = False
 _zygote_lock = threading.Lock()
 
 
 def spawn(entry: str, args: Callable[[int], Sequence[str]], pass_fds: Sequence[int], env: dict[str, str],
           preload: Sequence[str]) -> Forked | None:
-    """`entry` ("package.module:function") in a fork of this process's zygote, launched with `env` and `preload`
-    imported at the first call; `args(parent_pid)` its argv. None when no zygote serves `env` (one launched with
-    other start-up variables, or one that cannot be launched or answer): the caller launches a fresh child."""
+    """`entry` ("package.module:function") in a fork of this process's zygote for `env` (launched with it and
+    `preload` imported when there is none yet); `args(parent_pid)` its argv. Another environment (a test or a service
+    set a variable) gets a zygote of its own; the earlier one is closed once its forks (a spare worker) have ended.
+    None when no zygote can be launched or one stopped answering: the caller launches a fresh child."""
     global _zygote, _failed
     with _zygote_lock:
+        _retiring[:] = [old for old in _retiring if not _closed_if_idle(old)]
         if _failed or (_zygote is not None and not _zygote.usable):  # it died or broke: fresh children from now on
             _failed = True
             return None
-        if _zygote is not None and not _zygote.serves(env) and _zygote.idle():  # (a test or a service set a variable)
-            atexit.unregister(_zygote.close)
-            _zygote.close()
+        if _zygote is not None and not _zygote.serves(env):
+            if not _closed_if_idle(_zygote):
+                _retiring.append(_zygote)
             _zygote = None
         if _zygote is None:
             try:
@@ -206,15 +209,20 @@ def spawn(entry: str, args: Callable[[int], Sequence[str]], pass_fds: Sequence[i
                 _failed = True
                 return None
             atexit.register(_zygote.close)
-        zygote = _zygote
-        if not zygote.serves(env):  # another environment while its forks of this one run
-            return None
-        return zygote.fork(entry, args(zygote.pid), pass_fds, env)
+        return _zygote.fork(entry, args(_zygote.pid), pass_fds, env)
+
+
+def _closed_if_idle(zygote: _Zygote) -> bool:
+    if not zygote.idle():
+        return False
+    atexit.unregister(zygote.close)
+    zygote.close()
+    return True
 
 
 def _forget_in_fork() -> None:
-    global _zygote, _failed, _zygote_lock
-    _zygote, _failed, _zygote_lock = None, True, threading.Lock()  # a fork of the caller does not own its parent's zygote
+    global _zygote, _retiring, _failed, _zygote_lock
+    _zygote, _retiring, _failed, _zygote_lock = None, [], True, threading.Lock()  # a fork does not own its parent's
 
 
 os.register_at_fork(after_in_child=_forget_in_fork)

@@ -62,21 +62,22 @@ def test_a_forked_worker_inherits_what_a_fresh_one_would(tmp_path: Path, monkeyp
     assert got["cwd"] == str(tmp_path) and got["umask"] == 0o027 and HUGE_PAGES_TUNABLE in got["tunables"]
 
 
-def test_another_start_up_environment_gets_a_fresh_worker_or_a_new_zygote(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_another_start_up_environment_gets_a_zygote_of_its_own() -> None:
     """The zygote's environment was read at its start (GLIBC_TUNABLES, PYTHON*, what libraries read at import):
-    another one is served by a fresh interpreter while forks of the old zygote run, by a new zygote once it idles."""
-    with Worker(forked=True) as running:
-        running.call(_inherited, doing="warming")
-        old = zygote._zygote.pid
-        monkeypatch.setenv("ORTCOMPILE_ZYGOTE_TEST", "seen")
-        with Worker(forked=True) as worker:
-            got = worker.call(_inherited, doing="asking")
-        assert isinstance(worker._process, subprocess.Popen) and got["parent"] == os.getpid()
-        assert got["variable"] == "seen"
-    with Worker(forked=True) as worker:
-        got = worker.call(_inherited, doing="asking")
-    assert isinstance(worker._process, zygote.Forked) and got["parent"] == zygote._zygote.pid != old
-    assert got["variable"] == "seen" and not _alive(old)
+    another one gets a new zygote, and the old one goes once the forks it made (here a running worker) have ended."""
+    with pytest.MonkeyPatch.context() as patch:
+        with Worker(forked=True) as running:
+            running.call(_inherited, doing="warming")
+            old = zygote._zygote.pid
+            patch.setenv("ORTCOMPILE_ZYGOTE_TEST", "seen")
+            with Worker(forked=True) as worker:
+                got = worker.call(_inherited, doing="asking")
+            assert isinstance(worker._process, zygote.Forked) and got["parent"] == zygote._zygote.pid != old
+            assert got["variable"] == "seen" and _alive(old)  # its fork still runs
+            assert running.call(_inherited, doing="asking again")["variable"] is None
+        with Worker(forked=True) as worker:  # (any next worker: the old zygote is idle now)
+            assert worker.call(_inherited, doing="asking")["variable"] == "seen"
+        assert not _alive(old)
 
 
 def test_a_crash_in_a_fork_is_named_and_the_zygote_serves_on() -> None:
