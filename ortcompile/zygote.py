@@ -50,7 +50,7 @@ class Forked:
     def __init__(self, pid: int, pidfd: int | None, status: int) -> None:
         self.pid, self._pidfd, self._status = pid, pidfd, status
         self.returncode: int | None = None
-        self._lock = threading.Lock()  # (the zygote's owner polls it too: the status is read and closed once)
+        self._lock = threading.Lock()  # (the status is read and its fds closed once, whoever asks)
 
     def poll(self) -> int | None:
         return self._read_status(0)
@@ -131,7 +131,9 @@ class _Zygote:
         return not self.broken and self.process.poll() is None
 
     def idle(self) -> bool:
-        self._forks = [fork for fork in self._forks if fork.poll() is None]
+        """Every fork it made has ended as its owner saw (worker.py reaps each through child.stop; read without
+        polling, which would wait on an owner's call in progress)."""
+        self._forks = [fork for fork in self._forks if fork.returncode is None]
         return not self._forks
 
     def close(self) -> None:
