@@ -77,7 +77,7 @@ class Forked:
             return self._read_status_locked(timeout)
 
     def _read_status_locked(self, timeout: float | None) -> int | None:
-        if self.returncode is None and select.select([self._status], [], [], timeout)[0]:
+        if self.returncode is None and _readable(self._status, timeout):
             data = os.read(self._status, 16)
             # no status: the zygote died before it reaped the fork, which its death signal (SIGKILL) ended
             self.returncode = int(data) if data else -signal.SIGKILL
@@ -85,6 +85,13 @@ class Forked:
                 if fd is not None:
                     os.close(fd)
         return self.returncode
+
+
+def _readable(fd: int, timeout: float | None) -> bool:
+    """select.poll, not select.select: a caller with many files open has fds above select's 1024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(None if timeout is None else timeout * 1000))
 
 
 class _Zygote:
@@ -313,7 +320,8 @@ def _become(request: dict[str, Any], fds: list[int], zygotes: list[int]) -> None
         os.dup2(fds[1], 1)
         os.dup2(fds[2], 2)
         # the caller's pipes at the fd numbers its argv names, as Popen's pass_fds: parked above them first
-        parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, 1024) for fd in fds[3:]]
+        above = max([1023, *request["fds"]]) + 1  # (a caller with many files open passes high numbers)
+        parked = [fcntl.fcntl(fd, fcntl.F_DUPFD, above) for fd in fds[3:]]
         for fd in fds[1:]:
             os.close(fd)
         for old, wanted in zip(parked, request["fds"], strict=True):

@@ -132,3 +132,18 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def test_a_fork_gets_its_pipes_at_the_callers_numbers_however_high() -> None:
+    """Popen's pass_fds keeps the numbers the argv names: so does a fork, also for numbers at or above 1024 (this
+    caller's next free fds), where the fork first parks what it received."""
+    held = [os.open(os.devnull, os.O_RDONLY)]
+    while held[-1] < 1023:
+        held.append(os.open(os.devnull, os.O_RDONLY))
+    try:
+        with Worker(forked=True) as worker:
+            assert worker.call("ok".format, doing="asking") == "ok"
+            assert isinstance(worker._process, zygote.Forked)
+    finally:
+        for fd in held:
+            os.close(fd)
