@@ -8,6 +8,8 @@ one-line error naming the signal and what the child was doing, and removes the s
 A fresh child per compile is also what makes outputs deterministic: the QNN backend keeps
 process-global counters that end up in its context binary (a model compiled after another one in the
 same process gets different bytes), and memory the EP held is returned to the OS when the child ends.
+A process that asks for several workers gets each after its first as a fork of its zygote (zygote.py): still a
+fresh child in which no EP has run, without a new interpreter's imports.
 
 The child never outlives the parent (PR_SET_PDEATHSIG), ignores Ctrl-C (the parent decides), and sends
 progress events (stages, bytes written) back for the parent's reporter to render.
@@ -26,12 +28,18 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ortcompile import zygote
 from ortcompile.child import die_with_parent, ended, huge_page_env, launch, leave, stop
 from ortcompile.errors import CompilationFailed, InternalError
 from ortcompile.native import reset_peak_rss, route_child_output, set_ort_log_level, vm_hwm_bytes
 from ortcompile.progress import Reporter, SilentReporter
 
 _POLL_SECONDS = 0.1
+# What a zygote imports before it forks workers: what the calls need, by name (this leaf cannot import them), none
+# of which imports onnxruntime at its top (its import starts a thread: each fork imports it, ~0.035 CPU s).
+ZYGOTE_PRELOAD = ("numpy", "onnx", "ortcompile.worker", "ortcompile.compile.epstep", "ortcompile.compile.ortstep",
+                  "ortcompile.compile.prepare", "ortcompile.readback.parity", "ortcompile.readback.placement",
+                  "ortcompile.readback.reference", "ortcompile.run.load")
 
 
 crash_contained = False  # this process is a disposable child whose crash its parent reports: libraries load without a probe
@@ -62,15 +70,23 @@ class Worker:
     planning is ready by the time it is needed.
     """
 
-    def __init__(self, label: str = "the EP", reporter: Reporter | None = None, verbose: bool = False) -> None:
+    def __init__(self, label: str = "the EP", reporter: Reporter | None = None, verbose: bool = False, forked: bool = False) -> None:
+        """With `forked`, the child is a fork of this process's zygote (zygote.py: a process that asks for several
+        workers), else (or when no zygote serves) a fresh interpreter."""
         self.label = label  # who might crash, for the message: "the QNN EP"
         self.reporter = reporter or SilentReporter()
         self.verbose = verbose
         self.starter = threading.get_ident()  # the child dies when this *thread* ends (PR_SET_PDEATHSIG, _die_with_parent)
         from_parent, to_child = os.pipe()
         from_child, to_parent = os.pipe()
-        self._process = launch("ortcompile.worker:main", str(from_parent), str(to_parent), str(os.getpid()), "1" if verbose else "0",
-                               pass_fds=(from_parent, to_parent), env=huge_page_env(os.environ))
+        env = huge_page_env(os.environ)
+
+        def args(parent: int) -> tuple[str, ...]:
+            return str(from_parent), str(to_parent), str(parent), "1" if verbose else "0"
+
+        process = zygote.spawn("ortcompile.worker:main", args, (from_parent, to_parent), env, ZYGOTE_PRELOAD) if forked else None
+        self._process: subprocess.Popen[Any] | zygote.Forked = process or launch(
+            "ortcompile.worker:main", *args(os.getpid()), pass_fds=(from_parent, to_parent), env=env)
         os.close(from_parent)
         os.close(to_parent)
         self._conn = _Duplex(Connection(from_child, writable=False), Connection(to_child, readable=False))
@@ -222,6 +238,7 @@ def reset_cancel() -> None:
 def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker:
     """A worker that has run nothing yet: the warm spare when there is one, else a new one.
 
+    From this process's second worker on (or its first, when more are expected), it is a fork of the zygote.
     A spare is started when a worker retires (`retire_worker`) in a process that asks for more than one (a batch,
     the parts of --partition, a test suite, a service compiling many models), so the next compile finds its
     worker's imports done. Started at retirement, not beside a running worker, it never adds a process to the
@@ -239,7 +256,7 @@ def fresh_worker(label: str, reporter: Reporter | None, verbose: bool) -> Worker
         if worker is None or not worker.alive or worker.verbose != verbose:
             if worker is not None:
                 worker.kill()
-            worker = Worker(verbose=verbose)
+            worker = Worker(verbose=verbose, forked=_started > 0 or _more_expected)  # the process's second: a fork
         _started += 1
     worker.label, worker.reporter = label, reporter or SilentReporter()
     return worker
@@ -261,7 +278,7 @@ def retire_worker(verbose: bool) -> None:
         if _spare is None and (_started > 1 or _more_expected):
             if not _atexit_registered:
                 _register_kill_spare()
-            _spare = Worker(verbose=verbose)
+            _spare = Worker(verbose=verbose, forked=True)
 
 
 class Workers:

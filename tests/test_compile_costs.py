@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ortcompile import zygote
 from ortcompile.child import HUGE_PAGES_TUNABLE, huge_page_env
 from ortcompile.output.digest import HASH_WINDOW, hash_file
 from ortcompile.worker import Worker
@@ -28,11 +29,14 @@ THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
 
 @pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text(), reason="transparent huge pages are off on this machine")
-def test_the_compile_worker_gets_huge_pages_keeping_the_users_tunables(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("forked", [False, True], ids=["fresh", "forked"])
+def test_the_compile_worker_gets_huge_pages_keeping_the_users_tunables(forked: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fresh, or forked from the zygote (launched with the tunable: glibc reads it at exec, never at a fork)."""
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=2")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
-    with Worker() as worker:
+    with Worker(forked=forked) as worker:
         tunables, huge_kb = worker.call(_tunables_and_huge_pages, doing="allocating")
+    assert isinstance(worker._process, zygote.Forked) == forked
     assert tunables == f"glibc.malloc.arena_max=2:{HUGE_PAGES_TUNABLE}"
     assert huge_kb >= 128 << 10  # most of the 256 MiB (4 KiB pages everywhere without the tunable: 0 kB)
     assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2"  # the parent's own environment is untouched

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "ortcompile"
 
 # Floors, lowest first: docs/design.md "Rooms and what each may import".
 FLOORS: list[set[str]] = [  # floor 0 first
-    {"errors", "naming", "paths", "trust", "sizes", "version", "progress", "native", "onnxfacts", "layout", "worker", "child", "ortmarkers",
+    {"errors", "naming", "paths", "trust", "sizes", "version", "progress", "native", "onnxfacts", "layout", "worker", "zygote", "child", "ortmarkers",
      "durable", "jsonedge"},
     {"eps"},
     {"options", "configkeys", "optiontable"},
