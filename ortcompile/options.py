@@ -19,6 +19,14 @@ CheckMode = Literal["none", "load", "run", "auto"]
 ALL_PLACEMENT_OPTIONS = ("cpu_nodes", "fallback")  # the options that keep nodes off the EP (compile/cpunodes.py, fallback.py)
 # Every option a refusal may suggest (readback/nextsteps.py): the placement options, --inputs, --check load.
 ALL_REFUSAL_OFFERS = (*ALL_PLACEMENT_OPTIONS, "inputs", "check")
+
+
+def refusal_offers_for(partitioned: bool, shared: bool) -> tuple[str, ...]:
+    """What a refusal may suggest to a compile: --inputs, --check and the placement options such a compile accepts
+    (--share-weights takes neither, --partition no --fallback auto)."""
+    if shared:
+        return ("inputs", "check")
+    return ("cpu_nodes", "inputs", "check") if partitioned else ALL_REFUSAL_OFFERS
 GivenInputs = dict[str, Any]  # input name -> readback.given.Given (--input/--inputs): a floor above, so named here, not imported
 CHECK_MODES: tuple[CheckMode, ...] = ("none", "load", "run")  # weakest first; "auto" is one of load and run
 AUTO_RUN_LIMIT = 1 << 30  # --check auto runs the output when its weights are at most this, else loads it
@@ -95,11 +103,7 @@ class CompileOptions:
     def refusal_offers(self) -> tuple[str, ...]:
         """The options a refusal may suggest: --inputs, --check and the placement options __post_init__ accepts
         beside these."""
-        if self.offers is not None:
-            return self.offers
-        if self.share_weights:
-            return ("inputs", "check")
-        return ("cpu_nodes", "inputs", "check") if self.partition is not None else ALL_REFUSAL_OFFERS
+        return self.offers if self.offers is not None else refusal_offers_for(self.partition is not None, self.share_weights)
 
     def recorded(self, ep_name: str, require_compiled: bool, compiles: bool = True, table: Sequence[Option] = TABLE) -> JsonObject:
         """The options that shape the output, as the manifest records them (optiontable.py says which and how; no

@@ -90,3 +90,15 @@ def test_compile_verify_of_a_partition_offers_only_what_partition_takes(frontend
     error = next(line for line in result.stderr.splitlines() if line.startswith("ortcompile: error:"))
     assert "first diverging node: 'log'" in error and "; next: compile with --cpu-nodes log to keep it on the CPU EP; --inputs DIR" in error
     assert "--fallback" not in error
+
+
+def test_verify_of_a_partitioned_output_offers_what_its_compile_takes(frontend: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    """`ortcompile verify` of an output compiled with --partition (its manifest says so): the next step is
+    --cpu-nodes, never --fallback auto, which that compile would refuse."""
+    source, _, tones = frontend
+    published = run_cli("-q", "compile", source, "-o", tmp_path / "out", "--ep", "qnn", "--partition", "1MB", "--check", "load")
+    assert published.returncode == 0, published.stderr
+    result = run_cli("verify", tmp_path / "out" / "frontend_ctx.onnx", "--reference", source, "--input", f"x={tones}")
+    assert result.returncode == 5, result.stderr
+    error = next(line for line in result.stderr.splitlines() if line.startswith("ortcompile: error:"))
+    assert "; next: compile with --cpu-nodes log to keep it on the CPU EP; --inputs DIR" in error and "--fallback" not in error

@@ -29,7 +29,7 @@ from ortcompile.errors import CompilationFailed, InvalidModel, OrtCompileError, 
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import manifest_path_for
 from ortcompile.native import native_output_shown
-from ortcompile.options import ALL_REFUSAL_OFFERS
+from ortcompile.options import ALL_REFUSAL_OFFERS, refusal_offers_for
 from ortcompile.output.digest import hash_file
 from ortcompile.output.manifest import Manifest
 from ortcompile.paths import not_a_model_file
@@ -61,7 +61,7 @@ class VerifyReport:
     structure_problems: list[str] = field(default_factory=list)  # missing/short/unsafe files the graph names
     reference_note: str = ""  # when the reference is not the source the manifest records: the outputs are compared anyway
     divergence: Divergence | None = None  # where the outputs start to differ (when they do)
-    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options a refusal may suggest: compile's, or a compile's (nextsteps.py)
+    offers: tuple[str, ...] = ALL_REFUSAL_OFFERS  # the options a refusal may suggest: those of the compile that made it (nextsteps.py)
 
     @property
     def integrity_ok(self) -> bool:
@@ -210,11 +210,12 @@ def plan_verify(compiled: Path, reference: Path, source: SourceModel, integrity:
     request = _ep_request(ep, integrity, compiled)
     resolved = request.resolve()
     criterion = criterion or criterion_for(precision or _precision(resolved, source), "verify", **criterion_overrides)
-    report = VerifyReport(compiled, reference, resolved.name, criterion, integrity)
+    recorded = integrity.manifest.options if integrity.manifest else {}
+    offers = refusal_offers_for(bool(recorded.get("partition")), bool(recorded.get("share_weights")))  # what its compile took
+    report = VerifyReport(compiled, reference, resolved.name, criterion, integrity, offers=offers)
     report.structure_problems = [p for p in structure.problems if p not in integrity.problems]
     if not report.integrity_ok:
         return PlannedVerify(report, None, resolved, localize)
-    recorded = integrity.manifest.options if integrity.manifest else {}
     chosen = choose_dims(source, structure.inputs, recorded, dims or {})
     if integrity.manifest and integrity.manifest.shares_ep_context:
         _require_loadable_shared_context(compiled, resolved, chosen)
