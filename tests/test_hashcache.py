@@ -95,3 +95,17 @@ def test_the_cache_forgets_files_that_are_gone_once_it_is_full(tmp_path: Path, m
     _settled(files[2])  # the third entry fills the cache: w0's entry (its file is gone) is dropped
     kept = sorted(p.name for p in (tmp_path / "xdg" / "ortcompile" / "hashes").glob("*.json"))
     assert kept == sorted(hashcache._entry_path(f).name for f in files[1:])
+
+
+def test_a_cache_full_of_live_files_forgets_its_oldest_quarter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(hashcache, "MAX_ENTRIES", 5)
+    files = []
+    for index in range(5):
+        path = tmp_path / f"w{index}.data"
+        path.write_bytes(os.urandom(hashcache.MIN_BYTES))
+        files.append(path)
+        _settled(path)
+        entry = hashcache._entry_path(path)
+        os.utime(entry, ns=(index * 10**9, index * 10**9))  # written in this order
+    kept = {p.name for p in (tmp_path / "xdg" / "ortcompile" / "hashes").glob("*.json")}
+    assert kept == {hashcache._entry_path(f).name for f in files[1:]}  # w0, the oldest, went when w4 came

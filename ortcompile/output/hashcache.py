@@ -97,14 +97,20 @@ def remember_sha256(path: Path, fingerprint: Fingerprint, sha256: str, hashed_at
 
 
 def _drop_entries_of_missing_files(directory: Path) -> None:
-    """Keep the cache bounded: once it holds MAX_ENTRIES, forget the files that no longer exist (cheap beside the
-    hash that made this entry)."""
+    """Keep the cache bounded: once it holds MAX_ENTRIES, forget the files that no longer exist, then, if it is still
+    full of live ones, the least recently written quarter (else every later entry would read them all again)."""
     entries = list(directory.glob("*.json"))
     if len(entries) + 1 < MAX_ENTRIES:
         return
+    live = []
     for entry in entries:
         try:
-            if not Path(json.loads(entry.read_text())["path"]).exists():
-                entry.unlink()
+            if Path(json.loads(entry.read_text())["path"]).exists():
+                live.append((entry.stat().st_mtime_ns, entry))
+                continue
         except (OSError, ValueError, KeyError, TypeError):
+            pass
+        entry.unlink(missing_ok=True)
+    if len(live) + 1 >= MAX_ENTRIES:
+        for _, entry in sorted(live)[: max(1, len(live) // 4)]:
             entry.unlink(missing_ok=True)
