@@ -40,7 +40,7 @@ def compile_model(
     return _compile([Path(source_path)], [target], [options], reporter)[0]
 
 
-def _compile(sources: list[Path], targets: list[OutputTarget], options: list[CompileOptions], reporter: Reporter | None,
+def _compile(sources: Sequence[Path], targets: Sequence[OutputTarget], options: Sequence[CompileOptions], reporter: Reporter | None,
              shared: bool = False, more_follow: bool = False) -> list[CompileResult]:
     """One unit compiled (a model; with `shared`, a --share-weights batch as one) through the compile driver, the one
     way into the pipeline; `more_follow`: a batch has models left, so the worker's retirement starts a warm spare."""
@@ -77,15 +77,16 @@ def compile_models_to(models: Sequence[str | os.PathLike[str]], destination: Des
     weight-sharing batch as one (planned, built and published together: sharing.py)."""
     if not share_weights:
         _refuse_clashes(models, destination)
-    units = [list(range(len(models)))] if share_weights else [[index] for index in range(len(models))]  # model indices
+    units = [slice(0, len(models))] if share_weights else [slice(index, index + 1) for index in range(len(models))]
     results: list[CompileResult] = []
     for number, unit in enumerate(units):
+        given = models[unit]
         try:
-            results += _compile([Path(models[i]) for i in unit], [destination.targets[i] for i in unit], [per_model[i] for i in unit],
-                                reporter, share_weights, more_follow=number < len(units) - 1)
+            results += _compile([Path(m) for m in given], destination.targets[unit], per_model[unit], reporter, share_weights,
+                                more_follow=number < len(units) - 1)
         except OrtCompileError as exc:
-            if len(unit) == 1 < len(models) and str(models[unit[0]]) not in exc.message:
-                exc.message = f"{models[unit[0]]}: {exc.message}"  # in a batch, say which model failed (a shared one fails as one)
+            if len(given) == 1 < len(models) and str(given[0]) not in exc.message:
+                exc.message = f"{given[0]}: {exc.message}"  # in a batch, say which model failed (a shared one fails as one)
             raise
         except KeyboardInterrupt as exc:  # (Interrupted too) the models before this one stay published: say which
             exc.published = [r.model_path for r in results]  # type: ignore[attr-defined]
