@@ -341,6 +341,16 @@ def test_share_weights_usage_errors(tmp_path: Path, models: list[Path], needle: 
     assert not out.exists()  # a failed run removes the -o directory it created
 
 
+def test_share_weights_takes_models_as_typed(tmp_path: Path) -> None:
+    """`./a.onnx` and `dir//b.onnx` are the names the settings are kept under: the batch looked them up as Path made
+    them (`a.onnx`), so a shared batch given so stopped with an internal error (KeyError, exit 70)."""
+    models = [f"{FIXTURES}/./mlp.onnx", f"{FIXTURES}//dynamic.onnx"]
+    out = tmp_path / "out"
+    proc = run_cli("compile", *models, "-o", out, "--ep", "cpu", "--share-weights", "-q")
+    assert proc.returncode == 0, proc.stderr
+    check_shared_output_dir(out, ["mlp", "dynamic"])
+
+
 def test_share_weights_refuses_if_changed(tmp_path: Path) -> None:
     proc = run_cli("compile", MLP, DYNAMIC, "-o", tmp_path / "out", "--ep", "cpu", "--share-weights", "--if-changed")
     assert proc.returncode == 2

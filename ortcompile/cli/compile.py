@@ -57,16 +57,11 @@ def command(models: tuple[str, ...], output_dir: str, jobs: int | None, memory_b
                   inputs=given_inputs(input_args, inputs_file), if_changed=if_changed, compatibility=out.as_json,
                   require_full=require_full)
     options = {model: compile_options(values, jobs=jobs, memory_budget=memory_budget, **common) for model, values in settings.items()}
-    if share_weights:
-        from ortcompile.compile.sharing import compile_shared_to
+    if share_weights and if_changed:
+        raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
+    from ortcompile.compile.job import compile_models_to
 
-        if if_changed:
-            raise UsageError("--if-changed does not work with --share-weights yet; rebuild the batch with --force")
-        results = compile_shared_to([Path(m) for m in models], destination, lambda model: options[str(model)], out.reporter())
-    else:
-        from ortcompile.compile.job import compile_models_to
-
-        results = compile_models_to(models, destination, [options[m] for m in models], out.reporter())
+    results = compile_models_to(models, destination, [options[m] for m in models], out.reporter(), share_weights=share_weights)
     if depfile:
         from ortcompile.output.incremental import depfile_rule, write_depfile
 

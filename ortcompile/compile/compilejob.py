@@ -1,10 +1,10 @@
-"""The compile driver: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish).
+"""One model's compile job: plan -> pass 1 (EP step) -> pass 2 (graph) -> finish (check, manifest, verify, publish).
 
 `plan_compile` (plan/planner.py) makes every decision that can fail before work starts, as one frozen
 `CompilePlan`; `CompileJob` drives the passes from it into a staging directory (pass 1 in the worker child
 for EPs that compile; `--partition`: parts.py) and hands what they built to `finish`, which works from data:
-nothing reaches the output directory unless every step before publishing passed. Entered through
-job.compile_model (`compile_now`), once the output is known not to be up to date.
+nothing reaches the output directory unless every step before publishing passed. Opened by driver.py, which
+runs it alone (`CompileJob.run`) or hands it to a `--share-weights` batch (sharedbatch.py) with the others.
 """
 
 from __future__ import annotations
@@ -31,31 +31,14 @@ from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, output_error
 from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
-from ortcompile.native import native_output_shown, peak_rss_bytes
+from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
 from ortcompile.output.digest import digest_inputs_in_background
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.plan.planner import CompilePlan, plan_compile
 from ortcompile.plan.shapes import dynamic_inputs_hint
 from ortcompile.progress import Reporter
-from ortcompile.worker import Workers, expect_more_workers
-
-# EPs whose outputs this machine cannot load even when they are right: QNN's x86 HTP simulator segfaults
-# on a context shared by several models (measured with onnxruntime-qnn 2.7.0).
-SHARED_CONTEXT_UNLOADABLE = {"QNNExecutionProvider": "QNN's HTP simulator cannot load shared EP contexts on this machine"}
-
-
-def compile_now(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter,
-                compile_part: Callable[..., CompileResult], more_follow: bool = False) -> CompileResult:
-    """Compile one model with its own worker child (`compile_part`: job.compile_model, what --partition compiles each
-    part with, handed in so that nothing here imports the entry point back; `more_follow`: a batch has models left)."""
-    if more_follow:
-        expect_more_workers()
-    with Workers(native_output_shown(), reporter) as workers:
-        if options.partition is None:  # (parts get workers of their own; this one would idle through them)
-            workers.start()  # its imports overlap with reading the model and resolving the EP
-        job = CompileJob.open(source, target, options, reporter)
-        return job.run(workers, compile_part)
+from ortcompile.worker import Workers
 
 
 @dataclass

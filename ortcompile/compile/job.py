@@ -1,4 +1,5 @@
-"""The compile's entry points: compile_model() / compile_models(), and the --if-changed fast path.
+"""The compile's entry points: compile_model() / compile_models() (sharing.compile_shared too comes through here),
+and the --if-changed fast path.
 
 Usable from Python without click:
 
@@ -6,8 +7,8 @@ Usable from Python without click:
     result = compile_model("model.onnx", "build/", CompileOptions(ep="qnn", fix_dims={"batch": 1}))
 
 An up-to-date output (`--if-changed`) is answered here from its manifest and a stat cache, before anything of
-the compile pipeline is imported; every other compile is driven by compilejob.py (plan -> pass 1 (EP step) ->
-pass 2 (graph) -> finish).
+the compile pipeline is imported; every other compile enters the pipeline through one call, driver.compile_now
+(each model planned, then pass 1 (EP step) -> pass 2 (graph) -> finish, alone or as a weight-sharing batch).
 """
 
 from __future__ import annotations
@@ -36,20 +37,22 @@ def compile_model(
     """Compile one model into `output_dir` atomically; raise an OrtCompileError subclass on failure."""
     options = options or CompileOptions()
     target = Destination.of(output_dir, [source_path], options.output_name).targets[0]
-    return _compile(Path(source_path), target, options, reporter, more_follow=False)
+    return _compile([Path(source_path)], [target], [options], reporter)[0]
 
 
-def _compile(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter | None, more_follow: bool) -> CompileResult:
-    """compile_model; `more_follow`: a batch has models left, so the worker's retirement starts a warm spare."""
+def _compile(sources: Sequence[Path], targets: Sequence[OutputTarget], options: Sequence[CompileOptions], reporter: Reporter | None,
+             shared: bool = False, more_follow: bool = False) -> list[CompileResult]:
+    """One unit compiled (a model; with `shared`, a --share-weights batch as one) through the compile driver, the one
+    way into the pipeline; `more_follow`: a batch has models left, so the worker's retirement starts a warm spare."""
     reporter = reporter or SilentReporter()
-    if options.if_changed:
-        current = _current_output(source, target, options, reporter)
+    if not shared and options[0].if_changed:  # (a shared batch is compiled whole: the CLI refuses --if-changed with it)
+        current = _current_output(sources[0], targets[0], options[0], reporter)
         if current is not None:
-            return current
-        options = dataclasses.replace(options, force=True)  # --if-changed may replace its own stale output
-    from ortcompile.compile.compilejob import compile_now  # see LAZY_IMPORTS (--if-changed)
+            return [current]
+        options = [dataclasses.replace(options[0], force=True)]  # --if-changed may replace its own stale output
+    from ortcompile.compile.driver import compile_now  # see LAZY_IMPORTS (--if-changed)
 
-    return compile_now(source, target, options, reporter, compile_model, more_follow)
+    return compile_now(sources, targets, options, reporter, compile_model, shared, more_follow)
 
 
 def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.PathLike[str],
@@ -68,26 +71,37 @@ def compile_models(models: list[str | os.PathLike[str]], output_dir: str | os.Pa
 
 
 def compile_models_to(models: Sequence[str | os.PathLike[str]], destination: Destination, per_model: Sequence[CompileOptions],
-                      reporter: Reporter | None = None) -> list[CompileResult]:
-    """compile_models with `-o` already read for these models (`destination`, the CLI's) and each model's options."""
+                      reporter: Reporter | None = None, share_weights: bool = False) -> list[CompileResult]:
+    """compile_models, or with `share_weights` sharing.compile_shared, with `-o` already read for these models
+    (`destination`, the CLI's) and each model's options. Compiled a unit at a time: each model on its own, or the
+    weight-sharing batch as one (planned, built and published together: sharing.py)."""
+    if not share_weights:
+        _refuse_clashes(models, destination)
+    units = [slice(0, len(models))] if share_weights else [slice(index, index + 1) for index in range(len(models))]
+    results: list[CompileResult] = []
+    for number, unit in enumerate(units):
+        given = models[unit]
+        try:
+            results += _compile([Path(m) for m in given], destination.targets[unit], per_model[unit], reporter, share_weights,
+                                more_follow=number < len(units) - 1)
+        except OrtCompileError as exc:
+            if len(given) == 1 < len(models) and str(given[0]) not in exc.message:
+                exc.message = f"{given[0]}: {exc.message}"  # in a batch, say which model failed (a shared one fails as one)
+            raise
+        except KeyboardInterrupt as exc:  # (Interrupted too) the models before this one stay published: say which
+            exc.published = [r.model_path for r in results]  # type: ignore[attr-defined]
+            raise
+    return results
+
+
+def _refuse_clashes(models: Sequence[str | os.PathLike[str]], destination: Destination) -> None:
+    """Models compiled one by one into one directory: one model name each (a shared batch says so once it is planned)."""
     if destination.model_name and len(models) > 1:
         raise UsageError(f"-o {destination.model_name} names one compiled model; give a directory (-o DIR/) for {len(models)} models")
     names = [t.names.model for t in destination.targets]
     clash = next((n for n in names if names.count(n) > 1), None)
     if clash is not None:
         raise UsageError(f"two models would both be compiled to {clash} in one directory; rename one or use two -o")
-    results: list[CompileResult] = []
-    for index, model in enumerate(models):
-        try:
-            results.append(_compile(Path(model), destination.targets[index], per_model[index], reporter, more_follow=index < len(models) - 1))
-        except OrtCompileError as exc:
-            if len(models) > 1 and str(model) not in exc.message:
-                exc.message = f"{model}: {exc.message}"  # in a batch, say which model failed
-            raise
-        except KeyboardInterrupt as exc:  # (Interrupted too) the models before this one stay published: say which
-            exc.published = [r.model_path for r in results]  # type: ignore[attr-defined]
-            raise
-    return results
 
 
 def _current_output(source: Path, target: OutputTarget, options: CompileOptions, reporter: Reporter) -> CompileResult | None:

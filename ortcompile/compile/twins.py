@@ -19,11 +19,10 @@ from pathlib import Path
 
 from ortcompile.compile.compilejob import CompileJob
 from ortcompile.compile.finish import CheckOutcome
-from ortcompile.compile.job import compile_model
+from ortcompile.compile.partpool import CompileOne
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, VerificationFailed
 from ortcompile.options import ALL_PLACEMENT_OPTIONS
 from ortcompile.output.manifest import CheckRecord, Manifest
-from ortcompile.progress import SilentReporter
 from ortcompile.readback.nextsteps import next_steps
 
 TWINS_DIR = "unshared"  # inside the stage: never published, removed with it
@@ -31,19 +30,20 @@ ON_TWIN = "the model compiled without --share-weights: {reason}"
 NEXT = "; next: "  # where a refusal's next steps begin (readback/nextsteps.py)
 
 
-def checked_on_twins(jobs: list[CompileJob], staging_dir: Path, reason: str) -> list[CheckOutcome] | None:
-    """Each model's check, run on its unshared twin; None when no model's check runs it (load-only or none). A model
-    of the batch whose check would only load it is left unchecked, said in a warning."""
+def checked_on_twins(jobs: list[CompileJob], staging_dir: Path, reason: str, compile_one: CompileOne) -> list[CheckOutcome] | None:
+    """Each model's check, run on its unshared twin (compiled by `compile_one`: job.compile_model, as any model); None
+    when no model's check runs it (load-only or none). A model of the batch whose check would only load it is left
+    unchecked, said in a warning."""
     if not any(job.plan.check.mode == "run" for job in jobs):
         return None
     skipped = [job.plan.target.names.model for job in jobs if job.plan.check.mode == "load"]
     if skipped:
         warnings.warn(f"{', '.join(skipped)}: not checked before publishing: {reason}", OrtCompileWarning, stacklevel=2)
-    return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason) if job.plan.check.mode == "run"
+    return [_check_twin(job, staging_dir / TWINS_DIR / str(index), reason, compile_one) if job.plan.check.mode == "run"
             else CheckOutcome(CheckRecord("none", None, reason=reason), None) for index, job in enumerate(jobs)]
 
 
-def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
+def _check_twin(job: CompileJob, directory: Path, reason: str, compile_one: CompileOne) -> CheckOutcome:
     plan = job.plan
     job.reporter.stage(f"checking {plan.source.path.name}: compiled without sharing ({reason})")
     options = dataclasses.replace(plan.options, share_weights=False, output_name=None, force=True, verify=False, check="run",
@@ -51,7 +51,7 @@ def _check_twin(job: CompileJob, directory: Path, reason: str) -> CheckOutcome:
     try:
         with warnings.catch_warnings():  # the batch's own compile said them already
             warnings.simplefilter("ignore", OrtCompileWarning)
-            result = compile_model(plan.source.path, directory, options, SilentReporter())
+            result = compile_one(plan.source.path, directory, options)  # (saying nothing: no reporter)
     except (CompilationFailed, VerificationFailed) as exc:
         raise _refusal(exc, reason, options.refusal_offers()) from exc
     manifest = Manifest.load(result.output_dir / plan.target.names.manifest)
