@@ -9,6 +9,7 @@ the input's hash keeps idle priority and fills the gaps. Seen from inside the di
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers import check_output_dir, cli_env, run_cli, weights_model
+from helpers import assert_one_line_error, check_output_dir, cli_env, run_cli, weights_model
 
 from ortcompile.compile import finish
 from ortcompile.output import digest
@@ -92,3 +93,21 @@ def test_pass_through_check_does_not_wait_for_the_input_hash(tmp_path: Path, mon
     inputs = {f["name"]: f["sha256"] for f in manifest["input"]["files"]}
     assert inputs == {"w.onnx": _sha256(model), "w.onnx.weights": _sha256(model.parent / "w.onnx.weights")}
     assert json.loads((out / "w_ctx.manifest.json").read_text()) == manifest
+
+
+@pytest.mark.parametrize("ep", ["cpu", "qnn"])
+def test_a_failed_input_hash_fails_the_compile_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ep: str) -> None:
+    """An I/O error while the digest thread reads the data file (injected: a disk cannot be made to fail here) is an
+    input error with one line, not an internal error (exit 70, as it was), and nothing is published or left staged."""
+    model = _model(tmp_path)
+
+    def failing(path: Path) -> None:
+        if path.suffix == ".weights":
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(path))
+
+    _wrap_input_hash(monkeypatch, failing)
+    out = tmp_path / "out"
+    result = run_cli("compile", model, "-o", out, "--ep", ep, env=cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}))
+    assert result.returncode == 3, result.stderr
+    assert_one_line_error(result.stderr, "w.onnx.weights: cannot read the input to record its sha256: Input/output error")
+    assert not out.exists()
