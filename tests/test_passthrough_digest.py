@@ -68,6 +68,19 @@ def test_input_hash_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ep
     assert seen == {"w.onnx": expected, "w.onnx.weights": expected}
 
 
+
+def test_a_shared_weights_pass_through_batch_hashes_its_inputs_at_normal_priority(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first = _model(tmp_path)
+    second = tmp_path / "src" / "v.onnx"
+    weights_model(second, {"C": np.random.default_rng(4).standard_normal((512, 640)).astype(np.float32)}, external_data=True)
+    seen: dict[str, int] = {}
+    _wrap_input_hash(monkeypatch, lambda path: seen.setdefault(path.name, _nice_of_this_thread()))
+    result = run_cli("compile", first, second, "-o", tmp_path / "out", "--ep", "cpu", "--share-weights",
+                     env=cli_env({"XDG_CACHE_HOME": str(tmp_path / "xdg")}))
+    assert result.returncode == 0, result.stderr
+    nice = _nice_of_this_thread()
+    assert seen == {"w.onnx": nice, "w.onnx.weights": nice, "v.onnx": nice, "v.onnx.weights": nice}
+
 def test_pass_through_check_does_not_wait_for_the_input_hash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The input's hash of the data file is held until the pre-publish check has started: a finish that waited for
     the hash before checking would keep it waiting (WAIT_SECONDS) and the test would fail. The manifest is then
