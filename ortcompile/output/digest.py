@@ -98,8 +98,9 @@ class InputDigest:
 
 
 def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """digest_inputs at idle CPU priority: it fills the gaps while the EP compiles instead of competing with
-    the data pass for the cores (hashing gigabytes costs as much CPU as copying them)."""
+    """digest_inputs at idle CPU priority: it fills the gaps while an EP compiles in the worker child instead of
+    competing with it for the cores (hashing gigabytes costs as much CPU as copying them). Not for pass-through,
+    whose data pass is this process's own and must finish with it (CompileJob.digest_inputs)."""
     import threading
 
     try:
