@@ -16,7 +16,8 @@ during its run (other processes, and kernel writeback of the child's own dirty p
 
 Python children find their bytecode in <workdir>/pycache (PYTHONPYCACHEPREFIX), as an installed package has it:
 with PYTHONDONTWRITEBYTECODE set (as on the project's machines), each run compiled ortcompile's sources again
-(~0.2-0.3 CPU s of start-up, measured). --no-bytecode-cache measures that way.
+(~0.2-0.3 CPU s of start-up, measured). --no-bytecode-cache measures that way. Every Python method (raw*, ortcompile*,
+with --qnn theirs too) runs once unmeasured before the first repetition: its bytecode, and the repeated compile's cache.
 
 Methods:
   cp              cp <model> <model>.data <fresh dir>/   (GNU cp: in-kernel copy_file_range; the floor)
