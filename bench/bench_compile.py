@@ -14,13 +14,22 @@ during its run (other processes, and kernel writeback of the child's own dirty p
     python bench/bench_compile.py --qnn                  # also QNN (~45 s and ~10 GiB per run)
     python bench/bench_compile.py --breakdown            # where ortcompile's extra time goes
 
+Python children find their bytecode in <workdir>/pycache (PYTHONPYCACHEPREFIX), as an installed package has it:
+with PYTHONDONTWRITEBYTECODE set (as on the project's machines), each run compiled ortcompile's sources again
+(~0.2-0.3 CPU s of start-up, measured). --no-bytecode-cache measures that way. Every Python method (raw*, ortcompile*,
+with --qnn theirs too) runs once unmeasured before the first repetition: its bytecode, and the repeated compile's cache.
+
 Methods:
   cp              cp <model> <model>.data <fresh dir>/   (GNU cp: in-kernel copy_file_range; the floor)
   cp+sync         the same, then fsync of every copy     (cp with ortcompile's durability)
   raw             ModelCompiler(external_initializers_file_path=...).compile_to_file on the CPU EP
   raw+sync        the same, then fsync of every output       (raw with ortcompile's durability)
   ortcompile      python -m ortcompile compile --ep cpu --json; its data pass time is timings.data_pass
-                  (time inside ORT's initializer callbacks; timings.compile with older versions)
+                  (time inside ORT's initializer callbacks; timings.compile with older versions). A repeated
+                  compile: the inputs' sha256 cache (XDG_CACHE_HOME) is the bench's own, filled by one unmeasured
+                  compile before the first run, so the source is not hashed again (output/hashcache.py)
+  ortcompile-first  the same as a first compile of the source: an empty XDG_CACHE_HOME for every run, so the
+                  source's sha256 is computed (a second full pass over its bytes beside the output's)
   raw-qnn, ortcompile-qnn     the same with the QNN EP (--qnn)
   --breakdown adds ortcompile with parts switched off by monkeypatching in the child (measurement only):
   ortcompile-nodigest (no input sha256), -nohash (no output sha256), -nofsync, -floor (none of the three),
@@ -152,7 +161,7 @@ def wait_until_idle(limit: float, threshold: float = 0.9) -> float:
     return fraction
 
 
-def run_child(argv: list[str]) -> tuple[float, int, float, float, float, str, str, int]:
+def run_child(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, int, float, float, float, str, str, int]:
     """Run one child under /usr/bin/time: (wall, peak RSS bytes, user, sys, other cores, stdout, stderr, exit code).
 
     Peak RSS comes from /usr/bin/time (a small C parent): the ru_maxrss of a child forked straight from this
@@ -163,7 +172,7 @@ def run_child(argv: list[str]) -> tuple[float, int, float, float, float, str, st
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, tempfile.NamedTemporaryFile("r") as timing:
         total0, idle0 = _cpu_jiffies()
         clock = time.perf_counter()
-        code = subprocess.call(["/usr/bin/time", "-q", "-o", timing.name, "-f", "%M %U %S", *argv], stdout=out, stderr=err)
+        code = subprocess.call(["/usr/bin/time", "-q", "-o", timing.name, "-f", "%M %U %S", *argv], stdout=out, stderr=err, env=env)
         wall = time.perf_counter() - clock
         total1, idle1 = _cpu_jiffies()
         fields = timing.read().split()
@@ -203,7 +212,7 @@ def command(method: str, model: Path, data_files: list[Path], target: Path) -> l
         if method.startswith("raw+sync"):  # raw never syncs: charge it the writeback ortcompile pays with its fsyncs
             return ["sh", "-c", 'd="$1"; shift; "$@" && cd "$d" && sync ./* .', "sh", str(target), *raw]
         return raw
-    variant = method.removeprefix("ortcompile").removeprefix("-").removeprefix("qnn").removeprefix("-")
+    variant = method.removesuffix("-first").removeprefix("ortcompile").removeprefix("-").removeprefix("qnn").removeprefix("-")
     ep = "qnn" if method.startswith("ortcompile-qnn") else ep
     cli = ["compile", str(model), "-o", str(target), "--ep", ep, "--json"]
     if variant:  # e.g. ortcompile-nodigest, ortcompile-qnn-nocallback+nodigest
@@ -211,11 +220,27 @@ def command(method: str, model: Path, data_files: list[Path], target: Path) -> l
     return [sys.executable, "-m", "ortcompile", *cli]
 
 
-def measure(method: str, rep: int, model: Path, data_files: list[Path], work: Path, idle: float) -> Sample:
+def child_env(method: str, work: Path, bytecode: bool) -> dict[str, str]:
+    """The child's environment: bytecode from the bench's own cache (as installed), and the inputs' hash cache:
+    the bench's own, kept across runs (a repeated compile), or empty for every run (ortcompile-first)."""
+    env = dict(os.environ)
+    if bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(work / "pycache")
+    cache = work / "hashcache"
+    if method.endswith("-first"):
+        shutil.rmtree(work / "hashcache-first", ignore_errors=True)
+        cache = work / "hashcache-first"
+    cache.mkdir(parents=True, exist_ok=True)
+    env["XDG_CACHE_HOME"] = str(cache)
+    return env
+
+
+def measure(method: str, rep: int, model: Path, data_files: list[Path], work: Path, idle: float, bytecode: bool = True) -> Sample:
     target = work / "out"
     shutil.rmtree(target, ignore_errors=True)
     target.mkdir(parents=True)
-    wall, rss, user, system, other, stdout, stderr, code = run_child(command(method, model, data_files, target))
+    wall, rss, user, system, other, stdout, stderr, code = run_child(command(method, model, data_files, target), child_env(method, work, bytecode))
     if code != 0:
         raise SystemExit(f"bench: {method} failed with exit {code}:\n{stderr[-3000:]}")
     detail: dict[str, Any] = {}
@@ -281,10 +306,11 @@ def ratios(table: dict[str, dict[str, Any]]) -> dict[str, float]:
             ours, raw = table.get("ortcompile" + ep), table.get("raw" + ep)
             if ours and raw:
                 out[f"ortcompile{ep} / raw{ep} wall, {stat} (target <= 1.05)"] = ours[wall] / raw[wall]
+        for name in ("ortcompile", "ortcompile-first"):
+            for base, goal in (("raw+sync", "1.0"), ("cp+sync", "1.5")):
+                if name in table and base in table:
+                    out[f"{name} / {base} wall, {stat} (target <= {goal})"] = table[name][wall] / table[base][wall]
         ours = table.get("ortcompile")
-        for base, goal in (("raw+sync", "1.0"), ("cp+sync", "1.5")):
-            if ours and base in table:
-                out[f"ortcompile / {base} wall, {stat} (target <= {goal})"] = ours[wall] / table[base][wall]
         key = "data_pass" if ours and "data_pass" in ours else "compile"  # timings.data_pass: newer ortcompile
         for base in ("cp", "cp+sync"):
             if ours and base in table and key + suffix_key in ours:
@@ -369,6 +395,8 @@ def main() -> None:
     parser.add_argument("--methods", default="cp,cp+sync,raw,ortcompile", help="comma-separated methods (see above)")
     parser.add_argument("--breakdown", action="store_true", help="add the ortcompile variants with parts switched off")
     parser.add_argument("--wait-idle", type=float, default=60.0, help="wait up to this many s for an idle machine before each run (0: don't)")
+    parser.add_argument("--no-bytecode-cache", dest="bytecode", action="store_false",
+                        help="leave PYTHONDONTWRITEBYTECODE as it is: Python children compile ortcompile's sources at every start")
     parser.add_argument("--workdir", help="outputs (and a generated model) go here; default: a temp dir, removed after")
     parser.add_argument("--keep-model", action="store_true", help="keep (and reuse) the generated model in --workdir")
     parser.add_argument("--json", dest="json_path", help="write every sample and the summary here")
@@ -407,9 +435,11 @@ def main() -> None:
                 plan += [(rep, m) for m in qnn_methods[rep % len(qnn_methods):] + qnn_methods[: rep % len(qnn_methods)]]
         samples: list[Sample] = []
         state = "warm"
+        for method in dict.fromkeys(m for _, m in plan if m.startswith(("ortcompile", "raw"))):
+            measure(method, -1, model, data_files, work, float("nan"), args.bytecode)  # unmeasured: bytecode, hash cache
         for rep, method in plan:
             state, idle = prepare(args.cold, [model, *data_files], args.wait_idle)
-            sample = measure(method, rep, model, data_files, work, idle)
+            sample = measure(method, rep, model, data_files, work, idle, args.bytecode)
             samples.append(sample)
             inner = {k: round(v, 2) for k, v in sample.detail.items() if isinstance(v, float)}
             print(f"rep {rep} {method:<20} {sample.wall:7.2f}s {sample.peak_rss / MiB:7.0f} MiB  user {sample.user:5.2f} sys {sample.sys:5.2f} "

@@ -33,7 +33,7 @@ from ortcompile.jsonedge import JsonObject
 from ortcompile.naming import OutputTarget
 from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import digest_inputs_in_background
+from ortcompile.output.digest import InputDigest, digest_inputs, digest_inputs_in_background
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.plan.planner import CompilePlan, plan_compile
 from ortcompile.plan.shapes import dynamic_inputs_hint
@@ -75,7 +75,7 @@ class CompileJob:
         digester = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest")
         workers.label = plan.worker_label
         try:
-            digest = digester.submit(digest_inputs_in_background, plan.source.path.absolute(), plan.source.external_files)
+            digest = digester.submit(self.digest_inputs, plan.source.path.absolute(), plan.source.external_files)
             if plan.options.partition is not None and not plan.options.cpu_nodes:  # split, compile the parts, stitch: the stitch is what finish publishes
                 with Staging(plan.output_dir) as staging:
                     stitch = self._guarded(lambda: partitioned_stitch(plan, staging.path, self.reporter, self.timings, self.created_dirs, compile_part))
@@ -87,6 +87,15 @@ class CompileJob:
             raise
         finally:
             digester.shutdown(wait=False, cancel_futures=True)  # on Ctrl-C, do not wait for a hash of gigabytes
+
+    @property
+    def digest_inputs(self) -> Callable[[Path, tuple[Path, ...]], InputDigest]:
+        """The inputs' sha256 beside the passes: at idle priority while an EP compiles in the worker (it fills the gaps),
+        at normal priority when the passes are this process's own data pass (pass-through): finish waits for both, so
+        on two cores the two hashes share them instead of the input's finishing alone after the copy (measured in
+        docs/performance.md)."""
+        in_process = not self.plan.compiles and self.plan.options.partition is None
+        return digest_inputs if in_process else digest_inputs_in_background
 
     def _guarded(self, build: Callable[[], Any]) -> Any:
         """Passes 1 and 2 into the staging directory: a staged write that fails is an output problem."""

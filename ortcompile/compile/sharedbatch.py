@@ -27,7 +27,7 @@ from ortcompile.layout import DataLayout
 from ortcompile.naming import strip_onnx
 from ortcompile.native import peak_rss_bytes
 from ortcompile.options import CompileOptions, CompileResult
-from ortcompile.output.digest import WrittenFile, digest_inputs_in_background
+from ortcompile.output.digest import WrittenFile
 from ortcompile.output.publish import Staging, remove_created_dirs
 from ortcompile.progress import Reporter
 from ortcompile.worker import Workers
@@ -76,7 +76,7 @@ def _compile_planned(jobs: list[CompileJob], workers: Workers, compile_one: Comp
     output_dir = jobs[0].plan.target.directory  # (one directory for the batch)
     workers.label = jobs[0].plan.worker_label
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ortcompile-digest") as digester, Staging(output_dir) as staging:
-        digests = [digester.submit(digest_inputs_in_background, j.plan.source.path.absolute(), j.plan.source.external_files) for j in jobs]
+        digests = [digester.submit(j.digest_inputs, j.plan.source.path.absolute(), j.plan.source.external_files) for j in jobs]
         try:
             builds = _build_batch(jobs, staging.path, workers)
         except OSError as exc:  # a staged write failed (the inputs were read and checked before): disk full, quota...

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ortcompile.errors import InvalidModel
 from ortcompile.output.hashcache import Fingerprint, remembered_sha256
 from ortcompile.output.manifest import InputFile
 from ortcompile.paths import model_dir
@@ -97,8 +98,9 @@ class InputDigest:
 
 
 def digest_inputs_in_background(model_path: Path, external_files: Iterable[Path]) -> InputDigest:
-    """digest_inputs at idle CPU priority: it fills the gaps while the EP compiles instead of competing with
-    the data pass for the cores (hashing gigabytes costs as much CPU as copying them)."""
+    """digest_inputs at idle CPU priority: it fills the gaps while an EP compiles in the worker child instead of
+    competing with it for the cores (hashing gigabytes costs as much CPU as copying them). Not for pass-through,
+    whose data pass is this process's own and must finish with it (CompileJob.digest_inputs)."""
     import threading
 
     try:
@@ -115,9 +117,12 @@ def digest_inputs(model_path: Path, external_files: Iterable[Path]) -> InputDige
     hashed_at = time.time_ns()
     entries, fingerprints = [], []
     for path, name in [(model_path, model_path.name), *((p, p.relative_to(base).as_posix()) for p in external_files)]:
-        fingerprint = Fingerprint.of(path)
+        try:
+            fingerprint = Fingerprint.of(path)
+            size, sha256 = remembered_sha256(path, fingerprint, _size_and_sha256)
+        except OSError as exc:  # read (and checked) by the plan moments ago: gone, or the disk failed, since
+            raise InvalidModel(f"{name}: cannot read the input to record its sha256: {exc.strerror or exc}") from exc
         fingerprints.append(dataclasses.asdict(fingerprint))
-        size, sha256 = remembered_sha256(path, fingerprint, _size_and_sha256)
         entries.append((name, size, sha256))
     return InputDigest(tuple(entries), tuple(fingerprints), hashed_at)
 
