@@ -45,7 +45,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner, Result
-from helpers import without_progress
+from helpers import CliResult, without_progress
 
 from ortcompile.cli import main
 
@@ -74,7 +74,7 @@ def cli(*args: object) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def one_line_error(result: Result) -> str:
+def one_line_error(result: Result | CliResult) -> str:
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     lines = without_progress(result.stderr)  # (a stderr that is not a terminal also gets one line per stage)
     assert len(lines) == 1 and lines[0].startswith("ortcompile: error: "), result.stderr
@@ -130,6 +130,13 @@ def manifest_of(model: Path) -> Path:
 DOC = Path(__file__).resolve().parent.parent / "docs" / "real-models.md"
 
 
+def documented_qnn_command(model: corpus.CorpusModel) -> str:
+    """docs/real-models.md's QNN command for the model with its pins alone (tests/test_real_models.py checks the table)."""
+    command = " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", "qnn", *model.cli_pins()])
+    assert f"`{command}`" in DOC.read_text(), command
+    return command
+
+
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> Any:
     """build(model_id, *extra, pins=True) -> the model compiled with its pins and EXTRA (once per module). A plain
@@ -142,7 +149,7 @@ def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> 
     @cache
     def compile_once(model_id: str, *extra: str, pins: bool = True) -> Path:
         model = corpus.require_model(model_id)
-        documented = " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", "qnn", *model.cli_pins()])
+        documented = documented_qnn_command(model)
         if pins and not extra and f"`{documented}`" in table:
             result, out = documented_compile(model_id, documented)
             assert result.returncode == 0, f"{model_id}: {result.stderr}"
@@ -169,16 +176,18 @@ def save_inputs(model: corpus.CorpusModel, where: Path) -> Path:
 # ---------------------------------------------------------------- right outputs: exit 0
 
 
-def test_a_recurrent_state_that_drifts_on_silence_is_refused_naming_the_set() -> None:
+def test_a_recurrent_state_that_drifts_on_silence_is_refused_naming_the_set(documented_compile: Any) -> None:
     """silero_vad_16k_sequence passes on noise, but over 64 frames of silence its LSTM cell state `cn` drifts on the
     HTP (fp16; max abs diff 2.6, SNR 17 dB): the state is fed back by a streaming caller, so that is a different
-    model. The 'silence' input set finds it, and the refusal names the output, the set and what to do next."""
+    model. The 'silence' input set finds it, and the refusal names the output, the set and what to do next. The
+    compile is docs/real-models.md's row for the model (its pins, the default check), run once per session and shared
+    with test_real_models, which checks the exit code and the line's start against the table."""
     model = corpus.require_model("silero/silero_vad_16k_sequence")
-    result = cli("compile", model.path, "-o", model.path.parent / "unused-out", *model.cli_pins(), "--ep", "qnn")
-    assert result.exit_code == 1, result.stderr
+    result, out = documented_compile(model.id, documented_qnn_command(model))
+    assert result.returncode == 1, result.stderr
     line = one_line_error(result)
     assert line.startswith("silero_vad_16k_sequence.onnx: not published: output 'cn' differs from the source on the CPU EP (input set 'silence')")
-    assert "--inputs DIR" in line and "--check load" in line and not (model.path.parent / "unused-out").exists()
+    assert "--inputs DIR" in line and "--check load" in line and not out.exists()
 
 
 @pytest.mark.parametrize("model_id", VERIFIED)
@@ -215,13 +224,15 @@ def test_ocr_detector_verifies_on_a_realistic_page_given_as_npz(build: Any, tmp_
 
 
 @pytest.mark.parametrize("model_id", sorted(KNOWN_COMPILE_FAILURES))
-def test_models_that_do_not_compile_yet_fail_as_known(tmp_path: Path, model_id: str) -> None:
+def test_models_that_do_not_compile_yet_fail_as_known(documented_compile: Any, model_id: str) -> None:
+    """The compile with the pins alone is docs/real-models.md's row for the model (run once per session, shared with
+    test_real_models); both fail before any check would run."""
     model = corpus.require_model(model_id)
     code, text = KNOWN_COMPILE_FAILURES[model_id]
-    result = cli("compile", model.path, "-o", tmp_path / "out", *model.cli_pins(), "--check", "load")
-    assert result.exit_code == code, result.stderr
+    result, out = documented_compile(model_id, documented_qnn_command(model))
+    assert result.returncode == code, result.stderr
     assert text in one_line_error(result)
-    assert not any((tmp_path / "out").glob("*.onnx"))
+    assert not any(out.glob("*.onnx"))
 
 
 # ---------------------------------------------------------------- corrupted weights: exit 5
