@@ -3,8 +3,9 @@
 Each model is compiled for QNN (the HTP simulator: fp16, default target) with the pins a user would give
 (`CorpusModel.cli_pins()`), through the CLI, then verified through the CLI with its defaults, as a release job
 would run it. That compile is docs/real-models.md's command for the model, run once per session (conftest.py's
-`documented_compile`) and shared with test_real_models, which judges its outcome; the other compiles here (other
-options, models the table has no such row for) use `--check load`: the pre-publish run would repeat what verify
+`documented_compile`) and shared with test_real_models, which judges its outcome; so are the refusals checked here
+(the drifting VAD, the known compile failures) and the `--ep cpu` output whose data file is flipped. The other
+compiles here (other options, models the table has no such row for) use `--check load`: the pre-publish run would repeat what verify
 does (the OCR detector's run alone takes ~30 s on the simulator). verify uses `--no-time-source`: timing the source's load on QNN means
 compiling it a second time and proves nothing about the outputs.
 
@@ -130,11 +131,10 @@ def manifest_of(model: Path) -> Path:
 DOC = Path(__file__).resolve().parent.parent / "docs" / "real-models.md"
 
 
-def documented_qnn_command(model: corpus.CorpusModel) -> str:
-    """docs/real-models.md's QNN command for the model with its pins alone (tests/test_real_models.py checks the table)."""
-    command = " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", "qnn", *model.cli_pins()])
-    assert f"`{command}`" in DOC.read_text(), command
-    return command
+def documented_command(model: corpus.CorpusModel, ep: str = "qnn") -> str:
+    """The command for the model on EP with its pins alone, as docs/real-models.md's table writes it (the table has one
+    for every model and EP; tests/test_real_models.py runs each through `documented_compile` and judges its outcome)."""
+    return " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", ep, *model.cli_pins()])
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +149,7 @@ def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> 
     @cache
     def compile_once(model_id: str, *extra: str, pins: bool = True) -> Path:
         model = corpus.require_model(model_id)
-        documented = documented_qnn_command(model)
+        documented = documented_command(model)
         if pins and not extra and f"`{documented}`" in table:
             result, out = documented_compile(model_id, documented)
             assert result.returncode == 0, f"{model_id}: {result.stderr}"
@@ -183,7 +183,7 @@ def test_a_recurrent_state_that_drifts_on_silence_is_refused_naming_the_set(docu
     compile is docs/real-models.md's row for the model (its pins, the default check), run once per session and shared
     with test_real_models, which checks the exit code and the line's start against the table."""
     model = corpus.require_model("silero/silero_vad_16k_sequence")
-    result, out = documented_compile(model.id, documented_qnn_command(model))
+    result, out = documented_compile(model.id, documented_command(model))
     assert result.returncode == 1, result.stderr
     line = one_line_error(result)
     assert line.startswith("silero_vad_16k_sequence.onnx: not published: output 'cn' differs from the source on the CPU EP (input set 'silence')")
@@ -229,7 +229,7 @@ def test_models_that_do_not_compile_yet_fail_as_known(documented_compile: Any, m
     test_real_models); both fail before any check would run."""
     model = corpus.require_model(model_id)
     code, text = KNOWN_COMPILE_FAILURES[model_id]
-    result, out = documented_compile(model_id, documented_qnn_command(model))
+    result, out = documented_compile(model_id, documented_command(model))
     assert result.returncode == code, result.stderr
     assert text in one_line_error(result)
     assert not any(out.glob("*.onnx"))
@@ -260,10 +260,13 @@ def test_flipped_qnn_blob_fails_by_sha256_and_without_the_manifest_by_its_output
     assert all(o["snr_db"] < 5 for o in bad)  # measured -99 .. -1 dB; correct outputs >= 35 dB (criterion: 20)
 
 
-def test_flipped_weights_in_a_cpu_output_data_file_fail_without_the_manifest(build: Any, tmp_path: Path) -> None:
-    """--ep cpu re-lays the weights into a data file and is judged in fp32: a 1 KiB flip in the largest one is caught."""
+def test_flipped_weights_in_a_cpu_output_data_file_fail_without_the_manifest(documented_compile: Any, tmp_path: Path) -> None:
+    """--ep cpu re-lays the weights into a data file and is judged in fp32: a 1 KiB flip in the largest one is caught.
+    The output is docs/real-models.md's --ep cpu row for the model (compiled once per session, judged by test_real_models)."""
     model = corpus.require_model("silero/silero_vad_16k_op15")
-    compiled = copy_of(build(model.id, "--ep=cpu"), tmp_path)
+    result, out = documented_compile(model.id, documented_command(model, "cpu"))
+    assert result.returncode == 0, result.stderr
+    compiled = copy_of(out / f"{model.name}_ctx.onnx", tmp_path)
     assert verified(compiled, model.path)["criterion"]["precision"] == "fp32"
     flip_largest_external_tensor(compiled)
     result, _ = verify(compiled, model.path)
