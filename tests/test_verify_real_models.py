@@ -3,8 +3,9 @@
 Each model is compiled for QNN (the HTP simulator: fp16, default target) with the pins a user would give
 (`CorpusModel.cli_pins()`), through the CLI, then verified through the CLI with its defaults, as a release job
 would run it. That compile is docs/real-models.md's command for the model, run once per session (conftest.py's
-`documented_compile`) and shared with test_real_models, which judges its outcome; the other compiles here (other
-options, models the table has no such row for) use `--check load`: the pre-publish run would repeat what verify
+`documented_compile`) and shared with test_real_models, which judges its outcome; so are the refusals checked here
+(the drifting VAD, the known compile failures) and the `--ep cpu` output whose data file is flipped. The other
+compiles here (other options, models the table has no such row for) use `--check load`: the pre-publish run would repeat what verify
 does (the OCR detector's run alone takes ~30 s on the simulator). verify uses `--no-time-source`: timing the source's load on QNN means
 compiling it a second time and proves nothing about the outputs.
 
@@ -45,7 +46,7 @@ import numpy as np
 import onnx
 import pytest
 from click.testing import CliRunner, Result
-from helpers import without_progress
+from helpers import CliResult, without_progress
 
 from ortcompile.cli import main
 
@@ -74,7 +75,7 @@ def cli(*args: object) -> Result:
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def one_line_error(result: Result) -> str:
+def one_line_error(result: Result | CliResult) -> str:
     assert "Traceback" not in result.stderr and "internal error" not in result.stderr
     lines = without_progress(result.stderr)  # (a stderr that is not a terminal also gets one line per stage)
     assert len(lines) == 1 and lines[0].startswith("ortcompile: error: "), result.stderr
@@ -130,6 +131,12 @@ def manifest_of(model: Path) -> Path:
 DOC = Path(__file__).resolve().parent.parent / "docs" / "real-models.md"
 
 
+def documented_command(model: corpus.CorpusModel, ep: str = "qnn") -> str:
+    """The command for the model on EP with its pins alone, as docs/real-models.md's table writes it (the table has one
+    for every model and EP; tests/test_real_models.py runs each through `documented_compile` and judges its outcome)."""
+    return " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", ep, *model.cli_pins()])
+
+
 @pytest.fixture(scope="module")
 def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> Any:
     """build(model_id, *extra, pins=True) -> the model compiled with its pins and EXTRA (once per module). A plain
@@ -142,7 +149,7 @@ def build(tmp_path_factory: pytest.TempPathFactory, documented_compile: Any) -> 
     @cache
     def compile_once(model_id: str, *extra: str, pins: bool = True) -> Path:
         model = corpus.require_model(model_id)
-        documented = " ".join(["ortcompile compile", f"{model.name}.onnx", "-o", "out/", "--ep", "qnn", *model.cli_pins()])
+        documented = documented_command(model)
         if pins and not extra and f"`{documented}`" in table:
             result, out = documented_compile(model_id, documented)
             assert result.returncode == 0, f"{model_id}: {result.stderr}"
@@ -169,16 +176,18 @@ def save_inputs(model: corpus.CorpusModel, where: Path) -> Path:
 # ---------------------------------------------------------------- right outputs: exit 0
 
 
-def test_a_recurrent_state_that_drifts_on_silence_is_refused_naming_the_set() -> None:
+def test_a_recurrent_state_that_drifts_on_silence_is_refused_naming_the_set(documented_compile: Any) -> None:
     """silero_vad_16k_sequence passes on noise, but over 64 frames of silence its LSTM cell state `cn` drifts on the
     HTP (fp16; max abs diff 2.6, SNR 17 dB): the state is fed back by a streaming caller, so that is a different
-    model. The 'silence' input set finds it, and the refusal names the output, the set and what to do next."""
+    model. The 'silence' input set finds it, and the refusal names the output, the set and what to do next. The
+    compile is docs/real-models.md's row for the model (its pins, the default check), run once per session and shared
+    with test_real_models, which checks the exit code and the line's start against the table."""
     model = corpus.require_model("silero/silero_vad_16k_sequence")
-    result = cli("compile", model.path, "-o", model.path.parent / "unused-out", *model.cli_pins(), "--ep", "qnn")
-    assert result.exit_code == 1, result.stderr
+    result, out = documented_compile(model.id, documented_command(model))
+    assert result.returncode == 1, result.stderr
     line = one_line_error(result)
     assert line.startswith("silero_vad_16k_sequence.onnx: not published: output 'cn' differs from the source on the CPU EP (input set 'silence')")
-    assert "--inputs DIR" in line and "--check load" in line and not (model.path.parent / "unused-out").exists()
+    assert "--inputs DIR" in line and "--check load" in line and not out.exists()
 
 
 @pytest.mark.parametrize("model_id", VERIFIED)
@@ -215,13 +224,15 @@ def test_ocr_detector_verifies_on_a_realistic_page_given_as_npz(build: Any, tmp_
 
 
 @pytest.mark.parametrize("model_id", sorted(KNOWN_COMPILE_FAILURES))
-def test_models_that_do_not_compile_yet_fail_as_known(tmp_path: Path, model_id: str) -> None:
+def test_models_that_do_not_compile_yet_fail_as_known(documented_compile: Any, model_id: str) -> None:
+    """The compile with the pins alone is docs/real-models.md's row for the model (run once per session, shared with
+    test_real_models); both fail before any check would run."""
     model = corpus.require_model(model_id)
     code, text = KNOWN_COMPILE_FAILURES[model_id]
-    result = cli("compile", model.path, "-o", tmp_path / "out", *model.cli_pins(), "--check", "load")
-    assert result.exit_code == code, result.stderr
+    result, out = documented_compile(model_id, documented_command(model))
+    assert result.returncode == code, result.stderr
     assert text in one_line_error(result)
-    assert not any((tmp_path / "out").glob("*.onnx"))
+    assert not any(out.glob("*.onnx"))
 
 
 # ---------------------------------------------------------------- corrupted weights: exit 5
@@ -249,10 +260,13 @@ def test_flipped_qnn_blob_fails_by_sha256_and_without_the_manifest_by_its_output
     assert all(o["snr_db"] < 5 for o in bad)  # measured -99 .. -1 dB; correct outputs >= 35 dB (criterion: 20)
 
 
-def test_flipped_weights_in_a_cpu_output_data_file_fail_without_the_manifest(build: Any, tmp_path: Path) -> None:
-    """--ep cpu re-lays the weights into a data file and is judged in fp32: a 1 KiB flip in the largest one is caught."""
+def test_flipped_weights_in_a_cpu_output_data_file_fail_without_the_manifest(documented_compile: Any, tmp_path: Path) -> None:
+    """--ep cpu re-lays the weights into a data file and is judged in fp32: a 1 KiB flip in the largest one is caught.
+    The output is docs/real-models.md's --ep cpu row for the model (compiled once per session, judged by test_real_models)."""
     model = corpus.require_model("silero/silero_vad_16k_op15")
-    compiled = copy_of(build(model.id, "--ep=cpu"), tmp_path)
+    result, out = documented_compile(model.id, documented_command(model, "cpu"))
+    assert result.returncode == 0, result.stderr
+    compiled = copy_of(out / f"{model.name}_ctx.onnx", tmp_path)
     assert verified(compiled, model.path)["criterion"]["precision"] == "fp32"
     flip_largest_external_tensor(compiled)
     result, _ = verify(compiled, model.path)
