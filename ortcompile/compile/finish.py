@@ -125,7 +125,8 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
         elif unchecked:
             outcome = CheckOutcome(CheckRecord("none", None, reason=unchecked), None)
         else:
-            outcome, held = check_staged(built, staged, digest, shared, workers, alone=len(builds) == 1)
+            # the input's hash is done before the check starts: its mmap windows and the check's session never coexist
+            outcome, held = check_staged(built, staged, digest.result(), shared, workers, alone=len(builds) == 1)
         manifest = manifest_for(built, digest.result(), outcome, shared)  # the check record: what the check proved
         write_staged(staging.path / plan.target.names.manifest, manifest.to_bytes())
         done.append(Finished(manifest, outcome))
@@ -206,7 +207,7 @@ def run_verify(model: Path, plan: VerifyPlan, reporter: Reporter) -> float:
     return time.perf_counter() - clock
 
 
-def verify_session(built: Built, staged: Path, digest: Future[InputDigest], shared: set[str] | None) -> PlannedVerify | None:
+def verify_session(built: Built, staged: Path, digest: InputDigest, shared: set[str] | None) -> PlannedVerify | None:
     """--check load --verify: verify's comparison planned before the load check, so that the check opens the session
     verify runs (the compiled model opened once); None when the check loads only, or opens another session."""
     from ortcompile.readback.verify import plan_staged_verify
@@ -214,7 +215,7 @@ def verify_session(built: Built, staged: Path, digest: Future[InputDigest], shar
     plan = built.plan
     if plan.check.mode != "load" or plan.verify is None:
         return None
-    manifest = manifest_for(built, digest.result(), None, shared)  # what verify reads of it: the EP, its options, the pins
+    manifest = manifest_for(built, digest, None, shared)  # what verify reads of it: the EP, its options, the pins
     return plan_staged_verify(staged, plan.verify.source, manifest, plan.check.request, plan.verify.dims,
                               given_inputs(plan.verify.freeze, plan.verify.inputs), **plan.verify.criterion)
 
@@ -248,11 +249,10 @@ def stage_graph(step: EpStepOutput, staging_dir: Path, model: str, embed: str,
     return [(model_file, "model"), *((f, "data") for f in data), *((f, "ep_context") for f in blobs)], graph
 
 
-def check_staged(built: Built, staged: Path, digest: Future[InputDigest], shared: set[str] | None, workers: Workers,
+def check_staged(built: Built, staged: Path, digest: InputDigest, shared: set[str] | None, workers: Workers,
                  alone: bool) -> tuple[CheckOutcome, PlannedVerify | None]:
     """The pre-publish check of a staged output, and with --check load --verify (`alone`: not a batch, whose sessions
-    would all be held at once) verify's comparison, whose session the check opened and left open. The input's digest
-    is waited for only when verify needs it: the check runs in the worker while the source's sha256 is finished."""
+    would all be held at once) verify's comparison, whose session the check opened and left open."""
     plan = built.plan
     held = verify_session(built, staged, digest, shared) if alone else None
     if held is None:
