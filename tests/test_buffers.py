@@ -458,6 +458,9 @@ def interrupt_mid_compile(delay: float) -> None:
         time.sleep(0.001)
     os.kill(os.getpid(), signal.SIGINT)
 
+# Ctrl-C raises KeyboardInterrupt here even when started with SIGINT ignored (a shell's `cmd &` without job
+# control), where Python would keep ignoring it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 threading.Thread(target=interrupt_mid_compile, args=(float(sys.argv[2]),), daemon=True).start()
 try:
     compile_to_buffers(sys.argv[1], ep="qnn", blob_fallback="tempdir")
