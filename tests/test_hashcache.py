@@ -82,13 +82,17 @@ def test_small_files_are_hashed_not_remembered(tmp_path: Path) -> None:
     assert digest_inputs(model, [data]).files[0][2] == hashlib.sha256(b"graph").hexdigest()
 
 
+def _weight_files(tmp_path: Path, count: int) -> list[Path]:
+    """`count` files of random bytes, each just big enough to be cached (MIN_BYTES)."""
+    files = [tmp_path / f"w{index}.data" for index in range(count)]
+    for path in files:
+        path.write_bytes(os.urandom(hashcache.MIN_BYTES))
+    return files
+
+
 def test_the_cache_forgets_files_that_are_gone_once_it_is_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hashcache, "MAX_ENTRIES", 3)
-    files = []
-    for index in range(3):
-        path = tmp_path / f"w{index}.data"
-        path.write_bytes(os.urandom(hashcache.MIN_BYTES))
-        files.append(path)
+    files = _weight_files(tmp_path, 3)
     _settled(files[0])
     _settled(files[1])
     files[0].unlink()
@@ -99,11 +103,8 @@ def test_the_cache_forgets_files_that_are_gone_once_it_is_full(tmp_path: Path, m
 
 def test_a_cache_full_of_live_files_forgets_its_oldest_quarter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(hashcache, "MAX_ENTRIES", 5)
-    files = []
-    for index in range(5):
-        path = tmp_path / f"w{index}.data"
-        path.write_bytes(os.urandom(hashcache.MIN_BYTES))
-        files.append(path)
+    files = _weight_files(tmp_path, 5)
+    for index, path in enumerate(files):
         _settled(path)
         entry = hashcache._entry_path(path)
         os.utime(entry, ns=(index * 10**9, index * 10**9))  # written in this order
