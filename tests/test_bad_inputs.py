@@ -56,7 +56,7 @@ from genmodels import (  # noqa: E402
     snapshot,
     stage_dirs,
 )
-from helpers import cpu_only_model, published, without_digest  # noqa: E402
+from helpers import cpu_only_model, published, run_process, without_digest  # noqa: E402
 
 BUGS = "/tmp/ortcompile-bugs"
 
@@ -117,6 +117,10 @@ class Case:
     click: bool = False  # found by click's option parsing (same one-line format as every other error)
     xfail: str | None = None  # a known bug: the whole case is xfail(strict)
     needs: str | None = None  # "mount", "chattr": skip cleanly where the machine cannot do it
+    # Run the CLI as a process of its own: the case is about an environment variable read when an EP's library is
+    # registered, which happens once per process (a test process that registered it already would not read it again,
+    # and one registered here without it would leave the rest of the process without the EP's device).
+    fresh_process: bool = False
 
     def param(self) -> object:
         marks = [pytest.mark.xfail(strict=True, reason=self.xfail)] if self.xfail else []
@@ -515,7 +519,7 @@ CASES: list[Case] = [
     # ---- execution providers
     Case("unknown-ep", lambda ws: ws.args(ep="tpu"), 2, ("unknown execution provider 'tpu'", "qnn", "ortcompile eps")),
     Case("ep-openvino-not-installed", lambda ws: _without_openvino(ws, "openvino"), 2, ("pip install onnxruntime-ep-openvino",)),
-    Case("ep-webgpu-not-installed-or-no-device", _webgpu, 2, _WEBGPU_NEEDLES),
+    Case("ep-webgpu-not-installed-or-no-device", _webgpu, 2, _WEBGPU_NEEDLES, fresh_process=True),
     Case("ep-refuses-bad-option-value", lambda ws: ws.args(m(ws), "--ep-option", "soc_model=99999", "--allow-partial", ep="qnn"), 2,
          ("qnn", "refused --ep-option soc_model=99999", "QNN_DEVICE_ERROR_INVALID_CONFIG")),
     Case("ep-full-name-not-installed", lambda ws: _without_openvino(ws, "OpenVINOExecutionProvider"), 2, ("onnxruntime-ep-openvino",)),
@@ -658,7 +662,7 @@ def _walk_stages(root: Path) -> list[str]:
 def test_bad_input(case: Case, ws: Ws) -> None:
     args = case.build(ws)
     before = snapshot(ws.root)
-    result = run_cli(*args, env=ws.env, timeout=240)
+    result = (run_process if case.fresh_process else run_cli)(*args, env=ws.env, timeout=240)
     after = snapshot(ws.root)
     _undo_system_changes()  # before asserting, so a failed assert leaves nothing mounted
     _assert_error(result, case)
