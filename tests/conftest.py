@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -15,12 +16,52 @@ from helpers import FIXTURES, CliResult, register_qnn, run_cli
 # compiles, in-process CLI runs) changes how freed memory is reused, and with it the RSS growth they measure: after
 # test_sharing (before or after its CLI calls ran in-process) a CPU session holding 4.0 MiB of weights read 5.7 MiB,
 # and test_residency's exact LRU sequence and its flat-RSS check failed; alone, or first, the footprints are the weight
-# bytes to within 0.1 MiB.
-MEASURE_THIS_PROCESS = ("test_residency.py",)
+# bytes to within 0.1 MiB. test_webgpu's budgets come from footprints measured the same way. Under `-n 2` each of them
+# starts a worker process of its own (the first two work units).
+MEASURE_THIS_PROCESS = ("test_residency.py", "test_webgpu.py")
+
+# Files whose tests run as one work unit under `pytest -n 2` (pytest-xdist), on one worker. "documented":
+# test_verify_real_models verifies the outputs of documented_compile, a session fixture that test_real_models fills
+# (the OCR detector's QNN compile and check alone are ~2.5 minutes): on two workers each would compile them. "large":
+# every file with a test marked large, so that no two > 2 GB compiles run at once (a QNN compile peaks at ~3.9x its
+# model: two would not fit in 24 GiB), and test_large and test_buffers_large read one big_cpu_model.
+SHARED_UNITS = {"test_real_models.py": "documented", "test_verify_real_models.py": "documented",
+                "test_large.py": "large", "test_buffers_large.py": "large", "test_large_partition.py": "large",
+                "test_kill.py": "large"}
+
+
+def work_unit(nodeid: str) -> str:
+    """The work unit of a test under `-n 2`: its file (module fixtures are built once), or its SHARED_UNITS unit."""
+    name = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return SHARED_UNITS.get(name, name)
+
+
+def _run_order(item: pytest.Item) -> int:
+    # The modules that measure this process first; then the two longest units, so that no worker is left alone with
+    # one of them at the end; then the rest in their collection order. Under `-n 2` units are handed out in this order.
+    if item.path.name in MEASURE_THIS_PROCESS:
+        return MEASURE_THIS_PROCESS.index(item.path.name)
+    return len(MEASURE_THIS_PROCESS) + (0 if work_unit(item.nodeid) in ("documented", "large") else 1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    items.sort(key=lambda item: item.path.name not in MEASURE_THIS_PROCESS)  # a stable sort: the rest keep their order
+    items.sort(key=_run_order)  # a stable sort: within a rank the items keep their order
+    strays = sorted({item.path.name for item in items if item.get_closest_marker("large") and work_unit(item.nodeid) != "large"})
+    if strays:  # two large tests on two workers at once would exhaust the memory
+        raise pytest.UsageError(f"tests marked large in {', '.join(strays)}: add the file to SHARED_UNITS in tests/conftest.py")
+
+
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: pytest without xdist never calls it
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`pytest -n 2`: each work unit (work_unit) goes whole to one worker, the units in the collection order."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnitScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    config.option.loadscopereorder = False  # xdist would otherwise hand out the units with the most tests first
+    return WorkUnitScheduling(config, log)
 
 
 @pytest.fixture(scope="session", autouse=True)
