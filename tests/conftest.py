@@ -37,11 +37,11 @@ def work_unit(nodeid: str) -> str:
 
 
 def _run_order(item: pytest.Item) -> int:
-    # The modules that measure this process first; then the two longest units, so that no worker is left alone with
+    # The modules that measure this process first; then the shared units, the longest, so that no worker is left alone with
     # one of them at the end; then the rest in their collection order. Under `-n 2` units are handed out in this order.
     if item.path.name in MEASURE_THIS_PROCESS:
         return MEASURE_THIS_PROCESS.index(item.path.name)
-    return len(MEASURE_THIS_PROCESS) + (0 if work_unit(item.nodeid) in ("documented", "large") else 1)
+    return len(MEASURE_THIS_PROCESS) + (0 if work_unit(item.nodeid) in SHARED_UNITS.values() else 1)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

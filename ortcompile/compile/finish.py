@@ -119,15 +119,16 @@ def finish(builds: list[Built], staging: Staging, workers: Workers, digests: lis
     done, opened = [], []
     for index, (built, digest) in enumerate(zip(builds, digests)):
         plan, staged = built.plan, staging.path / built.plan.target.names.model
+        # the input's hash is done before the check starts: its mmap windows and the check's session never coexist
+        source_digest = digest.result()
         held = None  # --check load --verify: verify's comparison, whose session the load check opened and left open
         if checked is not None:
             outcome = checked[index]
         elif unchecked:
             outcome = CheckOutcome(CheckRecord("none", None, reason=unchecked), None)
         else:
-            # the input's hash is done before the check starts: its mmap windows and the check's session never coexist
-            outcome, held = check_staged(built, staged, digest.result(), shared, workers, alone=len(builds) == 1)
-        manifest = manifest_for(built, digest.result(), outcome, shared)  # the check record: what the check proved
+            outcome, held = check_staged(built, staged, source_digest, shared, workers, alone=len(builds) == 1)
+        manifest = manifest_for(built, source_digest, outcome, shared)  # the check record: what the check proved
         write_staged(staging.path / plan.target.names.manifest, manifest.to_bytes())
         done.append(Finished(manifest, outcome))
         opened.append(held)
