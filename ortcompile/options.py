@@ -45,7 +45,7 @@ class PartitionOptions:
     """`--partition`: compile the model as parts, each in its own worker child, and stitch them (compile/parts.py)."""
 
     budget: int | None = None  # bytes of weights per part; None: auto (--max-context-size, else the EP's graph size limit)
-    jobs: int | None = None  # parts compiled at once; None: the CPU count
+    jobs: int | None = None  # parts compiled at once; None: the CPUs this process may use
     memory_budget: int | None = None  # bytes of RSS the running parts may use together; None: what is available now
 
     def __post_init__(self) -> None:

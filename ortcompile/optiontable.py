@@ -139,7 +139,7 @@ TABLE: tuple[Option, ...] = (
            config=ConfigKey("max-context-size", "positive_size"), field="max_context_size",
            recorded=Recorded("partition.max_context_size", "partitioned")),
     Option("jobs", ("--jobs",), section="Large models: parts", type="count",
-           help="With --partition: parts compiled at once [default: CPU count, within --memory-budget].", field="partition.jobs"),
+           help="With --partition: parts compiled at once [default: the CPUs it may run on, within --memory-budget].", field="partition.jobs"),
     Option("memory_budget", ("--memory-budget",), section="Large models: parts", type="size",
            help="With --partition: RSS the running parts may use together [default: available memory].", field="partition.memory_budget"),
     Option("check_mode", ("--check",), section=_CHECKING, type="choice", choices=("auto", "none", "load", "run"), default="auto",

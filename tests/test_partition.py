@@ -7,6 +7,7 @@ at most 2.5 MiB of weights: 5 parts (the sizes scale together: small is faster o
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -343,3 +344,21 @@ def test_the_parts_plan_split_keeps_is_the_one_stitch_reads(chain: Path, tmp_pat
     own = split_model(plan_source(chain, options), tmp_path / "own", BUDGET_BYTES, link_sources=True)
     assert not own.parts_plan.digest.files and own.parts_plan.part_files is None and len(own.parts) == 5
     assert PartsPlan.load(own.plan_file, internal=True) == own.parts_plan
+
+
+def test_parts_at_once_default_to_the_cpus_this_process_may_run_on() -> None:
+    """Without --jobs, parts compile as many at once as the CPUs the process may run on (`taskset`, a cpuset,
+    pytest -n's share), not os.cpu_count(): two QNN compiles on one allowed CPU only take turns, at twice the memory."""
+    from ortcompile.compile.partpool import default_jobs
+
+    found: list[int] = []
+
+    def on_one_cpu() -> None:  # a thread's affinity is its own: pytest's thread keeps its CPUs
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        found.append(default_jobs())
+
+    thread = threading.Thread(target=on_one_cpu)
+    thread.start()
+    thread.join()
+    assert found == [1]
+    assert default_jobs() == len(os.sched_getaffinity(0))

@@ -30,13 +30,18 @@ def estimate_peak(weight_bytes: int) -> int:
     return PROCESS_BYTES + EP_FACTOR * weight_bytes
 
 
+def default_jobs() -> int:
+    """Parts compiled at once without --jobs: the CPUs this thread may run on (`taskset`, a cpuset), not the machine's."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
 def compile_parts(split: SplitResult, compiled_dir: Path, options: CompileOptions, partition: PartitionOptions,
                   compile_one: CompileOne, reporter: Reporter | None = None) -> list[CompileResult]:
     """Compile every part with `compile_one`, several at once when `jobs` and the memory budget allow. A failed part
     cancels the others (worker.cancel_all); the cancel is lifted once they have all stopped, so that later compiles
     of this process (a fallback round, a batch's next model, a test) are not cancelled too."""
     reporter = reporter or SilentReporter()
-    jobs = max(1, partition.jobs or os.cpu_count() or 1)
+    jobs = max(1, partition.jobs or default_jobs())
     memory = partition.memory_budget or int(0.9 * available_memory())
     pending = list(zip(split.plan.parts, split.parts))
     running: dict[Future[CompileResult], int] = {}
