@@ -73,9 +73,11 @@ def worker_cpus(index: int, workers: int, cpus: list[int]) -> set[int]:
 
 def pytest_configure(config: pytest.Config) -> None:
     # Under `-n N` each worker and every process it starts runs on CPUs of its own. The HTP simulator's helper threads
-    # spin while its calling thread computes: on all cores one simulator run takes both cores for the wall time it takes
-    # on one (ddddocr's common_det: 3.1 s a run either way, 6.1 against 3.1 CPU s) and halves what the other
-    # worker gets. Measured on 2 cores, `-n 2 -m "not large and not corpus"`: 337 s / 628 CPU s spread, 300 s / 560 pinned.
+    # spin while its calling thread computes: on all cores a run of ddddocr's common_det takes both cores for the wall
+    # time it takes on one (3.1 s a run either way, 6.1 against 3.1 CPU s), and a single-threaded job beside it got half
+    # a core. Measured on 2 cores, the whole suite: 1076 s / 1962 CPU s spread, 856 s / 1539 CPU s pinned (the quick
+    # part: 337 s / 628 against 300 s / 560). Other models' runs do use the helpers (the OCR recognizer's compile and
+    # check alone: 30 s on two cores, 51 s on one), so ortcompile itself pins nothing.
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         cpus = sorted(os.sched_getaffinity(0))
