@@ -73,11 +73,9 @@ def worker_cpus(index: int, workers: int, cpus: list[int]) -> set[int]:
 
 def pytest_configure(config: pytest.Config) -> None:
     # Under `-n N` each worker and every process it starts runs on CPUs of its own. The HTP simulator's helper threads
-    # spin while its calling thread computes: on all cores a run of ddddocr's common_det takes both cores for the wall
-    # time it takes on one (3.1 s a run either way, 6.1 against 3.1 CPU s), and a single-threaded job beside it got half
-    # a core. Measured on 2 cores, the whole suite in two pairs: 1076 and 1152 s spread (1962 and 2103 CPU s), 856 and
-    # 1036 s pinned (1539 and 1870 CPU s); the quick part 337 s against 278-300 s. Other models' runs do use the
-    # helpers (the OCR recognizer's compile and check alone: 30 s on two cores, 51 s on one), so ortcompile pins nothing.
+    # spin while its calling thread computes, so on all cores one worker's simulator runs took half of the other's core
+    # (the whole suite 0.80-0.90x pinned; the figures, and why ortcompile itself pins nothing: docs/performance.md,
+    # "2026-12-06 (sixth)").
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         cpus = sorted(os.sched_getaffinity(0))

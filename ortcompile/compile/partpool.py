@@ -41,7 +41,7 @@ def compile_parts(split: SplitResult, compiled_dir: Path, options: CompileOption
     cancels the others (worker.cancel_all); the cancel is lifted once they have all stopped, so that later compiles
     of this process (a fallback round, a batch's next model, a test) are not cancelled too."""
     reporter = reporter or SilentReporter()
-    jobs = max(1, partition.jobs or default_jobs())
+    jobs = partition.jobs or default_jobs()  # PartitionOptions refuses a --jobs below 1
     memory = partition.memory_budget or int(0.9 * available_memory())
     pending = list(zip(split.plan.parts, split.parts))
     running: dict[Future[CompileResult], int] = {}
