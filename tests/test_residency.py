@@ -148,6 +148,7 @@ class PoolAudit:
         self.retained = 0  # the most RSS seen above the baseline that no resident session accounts for
         self.loaded: set[str] = set()
         self.log: list[tuple[str, str]] = []  # (kind, model) of every event, as checked
+        self.footprints: list[tuple[str, int]] = []  # (model, its footprint as measured) after every step
 
     def run(self, name: str, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         pool = self.pool
@@ -192,6 +193,7 @@ class PoolAudit:
             assert event.bytes == footprint  # an eviction reports the footprint it frees
         self.loaded.add(name)
         self.log += got
+        self.footprints.append((name, pool.footprints[name]))
 
         # Memory: the resident footprints exceed the budget by at most one model ...
         footprints = [r.footprint for r in pool.resident.values()]
@@ -209,6 +211,10 @@ class PoolAudit:
     def memory(self) -> str:
         return (f"peak - baseline {(self.peak - self.baseline) / MiB:.1f} MiB, budget {self.pool.budget / MiB:.1f} MiB, "
                 f"largest footprint {self.largest / MiB:.1f} MiB, retained {self.retained / MiB:.1f} MiB, margin {self.margin / MiB:.0f} MiB")
+
+    def footprint_log(self) -> str:
+        steps = ", ".join(f"{name} {footprint / MiB:.2f}" for name, footprint in self.footprints)
+        return f"footprints after each step (MiB): {steps}; {self.memory()}"
 
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.log]
@@ -262,24 +268,28 @@ def run_plan(audit: PoolAudit, steps: list[Step]) -> None:
 # ---------------------------------------------------------------- policy
 
 def test_lru_event_sequence_on_cpu(compiled: dict[str, Path]) -> None:
-    """Footprints on the CPU EP are the weight bytes (4.0, 11.9, 15.8 MiB), so the sequence is exact.
+    """Footprints on the CPU EP are the weight bytes (4.0, 11.9, 15.8 MiB) plus at most ~2 MiB, so the sequence is exact.
 
-    Budget 23 MiB. The 4th step is where LRU and FIFO differ: `a` was used after `b`, so `b` goes and `a`
-    stays (4.0 + 15.8 = 19.8 <= 23; FIFO would evict `a`, then `b`). Every other decision has >= 3 MiB slack.
+    The ~2 MiB: a first load or a session's first run can measure up to 2.1 MiB above the weights (a 5.8, c 17.95),
+    reloads within 0.1 MiB; it is glibc's heap history (its mmap threshold rises with each large free), and under
+    GLIBC_TUNABLES=glibc.malloc.mmap_threshold=131072 every step measures within 0.1 MiB. So the budget, 25.5 MiB,
+    sits between the pairs that must fit (a + c = 19.8) and must not (b + c = 27.7): 5.7 MiB of room for that noise.
+    The 4th step is where LRU and FIFO differ: `a` was used after `b`, so `b` goes and `a` stays (FIFO would evict
+    `a`, then `b`).
     """
     steps = plan("abacbaccab")
-    pool = pool_for(compiled, "cpu", 23 * MiB, "abc")
+    pool = pool_for(compiled, "cpu", int(25.5 * MiB), "abc")
     audit = PoolAudit(pool, MARGIN["cpu"])
     run_plan(audit, steps)
     assert audit.log == [
         ("load", "a"), ("load", "b"), ("hit", "a"),
         ("evict", "b"), ("load", "c"),                        # LRU: b, not a
-        ("evict", "a"), ("evict", "c"), ("reload", "b"),      # 15.8 + 11.9 > 23: both go
+        ("evict", "a"), ("evict", "c"), ("reload", "b"),      # 15.8 + 11.9 > 25.5: both go
         ("reload", "a"),                                      # 11.9 + 4.0 fits
         ("evict", "b"), ("reload", "c"),
         ("hit", "c"), ("hit", "a"),
         ("evict", "c"), ("reload", "b"),
-    ]
+    ], audit.footprint_log()
     assert list(pool.resident) == ["a", "b"]
     loads = [e for e in pool.events if e.kind in ("load", "reload")]
     assert all(e.seconds > 0 and e.bytes > 0 for e in loads)
