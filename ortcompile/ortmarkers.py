@@ -45,7 +45,8 @@ ALREADY_REGISTERED = "already registered"
 # (any of these substrings, what it likely means): the hint a compiled model that does not load is refused with.
 LIKELY_CAUSES = (
     (("count of graph inputs should be at least the count of tensor_wrapper", "zero graph inputs is not supported"),
-     "the EP took only shape-computation partitions: pin the dynamic dims with --fix-dim/--fix-shape (and keep the prepare step)"),
+     "the EP took only shape-computation partitions, or a partition reads an initializer also listed as a graph input: pin "
+     "the dynamic dims with --fix-dim/--fix-shape and keep the prepare step (it compiles such inputs as constants)"),
     (("single static assignment",),
      "ONNX Runtime's Compile API wrote subgraphs it cannot load again (If/Loop bodies left on the CPU EP); try --no-prepare or --ep cpu"),
 )

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ortcompile.compile.cpunodes import cpu_placement
+from ortcompile.compile.defaults import constants_warning
 from ortcompile.compile.epstep import EpStep, EpStepOutput, ep_starts, run_ep_step, run_relayout
 from ortcompile.compile.fallback import FallbackState, run_rounds
 from ortcompile.compile.finish import Built, Finished, FinishPlan, ManifestPlan, finish, open_destination, stage_graph, versions
@@ -165,6 +166,8 @@ class CompileJob:
             pinned = frozenset(self.fallback.pins.op_types) if self.fallback is not None else frozenset()
             judge_fragmentation(step.graph_proto, plan.source.path.name, plan.ep.info.short_name, plan.ep.name, plan.options.prepare,
                                 plan.options.require_full, pinned)
+        if step.prepare is not None and step.prepare.constants:
+            warnings.warn(constants_warning(plan.source.path.name, step.prepare.constants), OrtCompileWarning, stacklevel=2)
         if self.fallback is not None and self.fallback.pins:  # what now runs on the CPU EP, for the manifest's cpu_nodes
             self.fallback.placement = cpu_placement(staging_dir / plan.names.model)
         self.timings["graph_pass"] = time.perf_counter() - clock

@@ -10,11 +10,13 @@ work from it and read the source's graph no more.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from ortcompile.compile.defaults import constants_warning, initializers_as_constants
 from ortcompile.compile.freeze import freeze_inputs
-from ortcompile.errors import CompilationFailed
+from ortcompile.errors import CompilationFailed, OrtCompileWarning
 from ortcompile.onnxfacts import graph_inputs, stored_nbytes
 from ortcompile.options import GivenInputs
 from ortcompile.plan.shapes import Pins, apply_pins, require_static
@@ -42,6 +44,9 @@ def read_part_source(source: SourceModel, pins: Pins, frozen: dict[str, int | fl
 
     model = onnx.load_model(str(source.path), load_external_data=False)
     interface = _interface_only(model)  # the inputs a caller feeds, as the source declares them
+    constants = initializers_as_constants(model)  # before the cut: a part's interface must not run through a default
+    if constants:
+        warnings.warn(constants_warning(source.path.name, constants), OrtCompileWarning, stacklevel=2)
     if frozen:
         freeze_inputs(model, frozen)
     require_static(source, pins, "--partition", frozen=set(frozen))  # the tensors between parts need static shapes

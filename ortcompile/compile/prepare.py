@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ortcompile.compile.defaults import initializers_as_constants
 from ortcompile.compile.epfixes import FixReport, apply_ep_fixes, disabled_optimizers
 from ortcompile.compile.freeze import freeze_inputs
 from ortcompile.compile.inplace import SetAside, restore, set_aside
@@ -48,13 +49,15 @@ class PrepareSummary:
     inlined: list[str] = field(default_factory=list)  # the Ifs those decided, and the branch each took
     ep_fixes: FixReport = field(default_factory=FixReport)  # EP-aware rewrites (epfixes.py) and the options they add
     disabled_optimizers: list[str] = field(default_factory=list)  # ORT optimizers left out for this EP (epfixes.py)
+    constants: list[str] = field(default_factory=list)  # overridable initializers (graph inputs too) compiled as constants
 
     def describe(self) -> str:
         removed = ", ".join(f"{op} -{n}" for op, n in sorted(self.removed_ops.items(), key=lambda kv: -kv[1])[:8])
         frozen = f"frozen {', '.join(f'{k}={v}' for k, v in self.frozen.items())} ({len(self.inlined)} If taken); " if self.frozen else ""
         removed = f" ({removed})" if removed else ""
         fixes = f"; {self.ep_fixes.describe()}" if self.ep_fixes.to_record() or self.ep_fixes.kept else ""
-        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}{fixes}"
+        constants = f"; {len(self.constants)} overridable initializers compiled as constants" if self.constants else ""
+        return f"prepare: {frozen}{self.nodes_before} -> {self.nodes_after} nodes after pinning and ORT basic optimization{removed}{fixes}{constants}"
 
     def to_record(self) -> JsonObject:
         """For the manifest: what was done to the graph (deterministic: no times)."""
@@ -63,6 +66,8 @@ class PrepareSummary:
             record["disabled_optimizers"] = self.disabled_optimizers
         if self.frozen:
             record["frozen"] = self.frozen  # the compiled model computes what the source does for these values only
+        if self.constants:
+            record["constants"] = self.constants  # inputs of the source (with defaults) the compiled model does not take
         if self.ep_fixes.to_record():
             record["ep_fixes"] = self.ep_fixes.to_record()
         return record
@@ -80,6 +85,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     clock = time.perf_counter()
     model = onnx.load_model(str(source), load_external_data=False)
     before = _op_counts(model)
+    constants = initializers_as_constants(model)
     inlined = freeze_inputs(model, frozen) if frozen else []
     out_dir.mkdir(parents=True, exist_ok=True)
     fixes = apply_ep_fixes(model, ep_name, out_dir, ep_options or {})
@@ -104,7 +110,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     added.subtract(before)
     summary = PrepareSummary(pins.to_json(), sum(before.values()), sum(after.values()),
                              {op: n for op, n in removed.items() if n > 0}, {op: n for op, n in added.items() if n > 0},
-                             time.perf_counter() - clock, dict(frozen or {}), inlined, fixes, disabled)
+                             time.perf_counter() - clock, dict(frozen or {}), inlined, fixes, disabled, constants)
     data_files = {f"{prepared.name}.data": prepared.with_name(f"{prepared.name}.data"), **(aside.source_files if aside else {})}
     return prepared, summary, data_files
 

@@ -1,0 +1,129 @@
+"""Initializers that a model also lists as graph inputs, compiled for QNN (compile/defaults.py).
+
+Two ways real models have them, both built here with onnx.helper:
+- IR >= 4, every weight an overridable default: what `torch.onnx.export(..., keep_initializers_as_inputs=True)` writes.
+  Before compile/defaults.py QNN refused the compiled graph ("The count of graph inputs should be at least the count
+  of tensor_wrapper"), with a hint about dynamic dims the model does not have; `--partition` cut the parts'
+  interfaces through the weights and the check found the output wrong (SNR 0 dB).
+- IR 3, every initializer listed as an input (ONNX's own "light" AlexNet: weights made by ConstantOfShape from shape
+  tensors, two of them equal). ORT's optimizer merged the equal shape tensors and saved the merged one's input without
+  its initializer: the compiled model asked for a shape tensor the source never took (`--check none` published it;
+  the check refused it with "Invalid input name").
+Each compile's output is run with plain onnxruntime on the QNN EP (HTP simulator, fp16) and compared with numpy.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from helpers import QNN_ATOL, QNN_RTOL, assert_one_line_error, qnn_session, run_cli, without_progress
+from onnx import TensorProto, helper, numpy_helper
+
+WARNING = ("ortcompile: warning: keep.onnx: 4 initializers are also listed as graph inputs (overridable defaults: W, B, "
+           "Wfc and 1 more); compiled as constants: the compiled model does not take them as inputs")
+
+
+def _weights() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(7)
+    return {"W": (rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "B": (rng.standard_normal(8) * 0.1).astype(np.float32),
+            "Wfc": (rng.standard_normal((8 * 8 * 8, 10)) * 0.05).astype(np.float32), "bfc": (rng.standard_normal(10) * 0.1).astype(np.float32)}
+
+
+def _reference(x: np.ndarray) -> np.ndarray:
+    """Conv 3x3 (pad 1) + bias, Relu, flatten, MatMul + bias: numpy in float64."""
+    w = {k: v.astype(np.float64) for k, v in _weights().items()}
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    conv = np.zeros((1, 8, 8, 8))
+    for i in range(8):
+        for j in range(8):
+            conv[0, :, i, j] = np.tensordot(w["W"], padded[0, :, i:i + 3, j:j + 3], axes=([1, 2, 3], [0, 1, 2]))
+    hidden = np.maximum(conv + w["B"][None, :, None, None], 0).reshape(1, -1)
+    return hidden @ w["Wfc"] + w["bfc"]
+
+
+def _keep_initializers_as_inputs(path: Path) -> Path:
+    """IR 8: every weight is an initializer and a graph input (an overridable default), as torch exports them."""
+    weights = _weights()
+    nodes = [helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Flatten", ["r"], ["f"]), helper.make_node("MatMul", ["f", "Wfc"], ["m"]), helper.make_node("Add", ["m", "bfc"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])]
+    inputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, list(a.shape)) for name, a in weights.items()]
+    graph = helper.make_graph(nodes, "keep", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
+                              [numpy_helper.from_array(a, name) for name, a in weights.items()])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
+    return path
+
+
+def _ir3_equal_shapes(path: Path) -> Path:
+    """IR 3, opset 9: y = (x + ConstantOfShape(s1, 0.5)) * ConstantOfShape(s2, 2.0), s1 == s2, both listed as inputs."""
+    shape = np.array([1, 16], np.int64)
+    nodes = [helper.make_node("ConstantOfShape", ["s1"], ["half"], value=numpy_helper.from_array(np.array([0.5], np.float32))),
+             helper.make_node("ConstantOfShape", ["s2"], ["two"], value=numpy_helper.from_array(np.array([2.0], np.float32))),
+             helper.make_node("Add", ["x", "half"], ["a"]), helper.make_node("Mul", ["a", "two"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16])]
+    inputs += [helper.make_tensor_value_info(name, TensorProto.INT64, [2]) for name in ("s1", "s2")]
+    graph = helper.make_graph(nodes, "ir3", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16])],
+                              [numpy_helper.from_array(shape, "s1"), numpy_helper.from_array(shape, "s2")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 9)])
+    model.ir_version = 3
+    onnx.save(model, str(path))
+    return path
+
+
+def _inputs_of(model: Path) -> list[str]:
+    return [i.name for i in onnx.load(str(model), load_external_data=False).graph.input]
+
+
+def _assert_runs_right(model: Path) -> None:
+    session = qnn_session(model, allow_cpu_nodes=False)
+    for seed in (0, 1):
+        x = np.random.default_rng(seed).standard_normal((1, 3, 8, 8)).astype(np.float32)
+        [y] = session.run(None, {"x": x})
+        np.testing.assert_allclose(y, _reference(x), rtol=QNN_RTOL, atol=QNN_ATOL)
+
+
+@pytest.mark.parametrize("partition", [None, "20KB"], ids=["whole", "partition"])
+def test_overridable_weights_compile_as_constants_with_a_warning(tmp_path: Path, partition: str | None) -> None:
+    source = _keep_initializers_as_inputs(tmp_path / "keep.onnx")
+    out = tmp_path / "out"
+    result = run_cli("compile", source, "-o", out, "--ep", "qnn", "--json", *(["--partition", partition] if partition else []))
+    assert result.returncode == 0, result.stderr
+    assert [line for line in without_progress(result.stderr) if "warning" in line] == [WARNING]
+    report = json.loads(result.stdout)["outputs"][0]
+    compiled = Path(report["model"])
+    assert _inputs_of(compiled) == ["x"]  # the defaults are constants now: nothing else to feed
+    if partition:
+        assert report["epcontext_nodes"] >= 2  # parts cut between nodes, never through a weight
+    else:
+        manifest = json.loads(compiled.with_name("keep_ctx.manifest.json").read_text())
+        assert manifest["prepare"]["constants"] == ["W", "B", "Wfc", "bfc"]
+    _assert_runs_right(compiled)
+
+
+def test_without_prepare_the_refusal_names_the_overridable_inputs(tmp_path: Path) -> None:
+    source = _keep_initializers_as_inputs(tmp_path / "keep.onnx")
+    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn", "--no-prepare")
+    assert result.returncode == 1, result.stderr
+    assert_one_line_error(result.stderr, "not published", "an initializer also listed as a graph input",
+                          "keep the prepare step (it compiles such inputs as constants)")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("check", ["auto", "none"])
+def test_ir3_initializers_listed_as_inputs_stay_constants(tmp_path: Path, check: str) -> None:
+    source = _ir3_equal_shapes(tmp_path / "ir3.onnx")
+    out = tmp_path / "out"
+    result = run_cli("compile", source, "-o", out, "--ep", "qnn", "--check", check)
+    assert result.returncode == 0, result.stderr
+    assert not [line for line in without_progress(result.stderr) if "warning" in line]  # below IR 4 they were never overridable
+    compiled = out / "ir3_ctx.onnx"
+    assert _inputs_of(compiled) == ["x"]  # (was ["x", "s2"]: the merged shape tensor's input left without its initializer)
+    manifest = json.loads((out / "ir3_ctx.manifest.json").read_text())
+    assert "constants" not in manifest["prepare"]
+    x = np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32)
+    [y] = qnn_session(compiled, allow_cpu_nodes=False).run(None, {"x": x})
+    np.testing.assert_allclose(y, (x.astype(np.float64) + 0.5) * 2.0, rtol=QNN_RTOL, atol=QNN_ATOL)
