@@ -41,6 +41,10 @@ from ortcompile.plan.shapes import dynamic_inputs_hint
 from ortcompile.progress import Reporter
 from ortcompile.worker import Workers
 
+# ORT's layout transformer (NHWC for QNN and the other layout-sensitive EPs) refuses older models:
+# "QNNExecutionProvider cannot be used with this model due to its ONNX opset not being supported by the layout transformer"
+MIN_LAYOUT_OPSET = 7
+
 
 @dataclass
 class CompileJob:
@@ -146,6 +150,11 @@ class CompileJob:
         if exc.ep_starts is False:
             return CompilationFailed(f"{short}: the EP compiled nothing, not even a one-node test model: it failed to start "
                                      "with these options (check --ep-option values; -v shows its log)", exc.detail)
+        if plan.source.opset is not None and plan.source.opset < MIN_LAYOUT_OPSET:
+            return CompilationFailed(f"{short}: the EP took none of this model's nodes: the model is opset {plan.source.opset}, and ONNX "
+                                     f"Runtime supports opset {MIN_LAYOUT_OPSET} and above (EPs that change the layout, like QNN, refuse "
+                                     "older models); convert it (onnx.version_converter.convert_version(model, 17)), or pass "
+                                     "--allow-partial to publish it for the CPU EP", exc.detail)
         return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", exc.detail)
 
     def graph_pass(self, staging_dir: Path, step: EpStepOutput, workers: Workers, embed: str | None = None,

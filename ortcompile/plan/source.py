@@ -59,6 +59,7 @@ class SourceModel:
     external_paths: dict[str, Path]  # each external location as written in the model -> its checked, resolved path
     proto_bytes: int
     op_counts: dict[str, int]  # op type -> nodes, in the source graph
+    opset: int | None = None  # the default (ai.onnx) domain's opset the model imports; None when it imports none
 
     @property
     def initializers(self) -> tuple[TensorInfo, ...]:
@@ -121,7 +122,8 @@ def _checked_source(path: Path, model: Any, size: int) -> SourceModel:
     _check_external_extents(path, tensors, external_paths)
     _check_epcontext_paths(path, model)
     inputs = tuple(InputInfo(v.name, input_dims(v)) for v in graph_inputs(model.graph))
-    return SourceModel(path, tensors, inputs, external_paths, size, op_counts(model.graph.node))
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
+    return SourceModel(path, tensors, inputs, external_paths, size, op_counts(model.graph.node), opset)
 
 
 def _owner(tensor: TensorInfo | TensorSite) -> str:

@@ -1,6 +1,6 @@
-"""Initializers that a model also lists as graph inputs, compiled for QNN (compile/defaults.py).
+"""What older exporters write, compiled for QNN: initializers listed as graph inputs (compile/defaults.py), and opset 6.
 
-Two ways real models have them, both built here with onnx.helper:
+Initializers listed as inputs, two ways real models have them, both built here with onnx.helper:
 - IR >= 4, every weight an overridable default: what `torch.onnx.export(..., keep_initializers_as_inputs=True)` writes.
   Before compile/defaults.py QNN refused the compiled graph ("The count of graph inputs should be at least the count
   of tensor_wrapper"), with a hint about dynamic dims the model does not have; `--partition` cut the parts'
@@ -10,6 +10,9 @@ Two ways real models have them, both built here with onnx.helper:
   its initializer: the compiled model asked for a shape tensor the source never took (`--check none` published it;
   the check refused it with "Invalid input name").
 Each compile's output is run with plain onnxruntime on the QNN EP (HTP simulator, fp16) and compared with numpy.
+
+Opset 6 (ONNX's pytorch-operator test models): ORT's layout transformer, which QNN needs, refuses it, so QNN takes no
+node; the refusal says so and how to convert, and the conversion it names does compile.
 """
 
 from __future__ import annotations
@@ -127,3 +130,31 @@ def test_ir3_initializers_listed_as_inputs_stay_constants(tmp_path: Path, check:
     x = np.random.default_rng(3).standard_normal((1, 16)).astype(np.float32)
     [y] = qnn_session(compiled, allow_cpu_nodes=False).run(None, {"x": x})
     np.testing.assert_allclose(y, (x.astype(np.float64) + 0.5) * 2.0, rtol=QNN_RTOL, atol=QNN_ATOL)
+
+
+def _opset6_exp(path: Path) -> Path:
+    graph = helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "old", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 6)])
+    model.ir_version = 3
+    onnx.save(model, str(path))
+    return path
+
+
+def test_opset_6_is_refused_naming_the_opset_and_the_conversion_that_compiles(tmp_path: Path) -> None:
+    source = _opset6_exp(tmp_path / "old.onnx")
+    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn")
+    assert result.returncode == 1, result.stderr
+    assert_one_line_error(result.stderr, "qnn: the EP took none of this model's nodes: the model is opset 6",
+                          "supports opset 7 and above", "onnx.version_converter.convert_version(model, 17)", "--allow-partial")
+
+    from onnx import version_converter
+
+    converted = tmp_path / "new.onnx"
+    onnx.save(version_converter.convert_version(onnx.load(str(source)), 17), str(converted))
+    result = run_cli("compile", converted, "-o", tmp_path / "out", "--ep", "qnn", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["outputs"][0]["epcontext_nodes"] == 1
+    x = np.random.default_rng(0).uniform(-3, 3, (2, 8)).astype(np.float32)
+    [y] = qnn_session(tmp_path / "out" / "new_ctx.onnx", allow_cpu_nodes=False).run(None, {"x": x})
+    np.testing.assert_allclose(y, np.exp(x.astype(np.float64)), rtol=QNN_RTOL, atol=QNN_ATOL)
