@@ -103,6 +103,7 @@ def ort_reason(error: BaseException | str, limit: int = 400) -> str:
     """
     text = " ".join(str(error).split())
     text = ortmarkers.SOURCE_LOCATION.sub("", ortmarkers.ORT_STATUS.sub("", text))
+    text = ortmarkers.SOURCE_SIGNATURE.sub("", ortmarkers.LOAD_FAILED.sub("", text))
     if ortmarkers.CAUSE_SEPARATOR in text:
         text = text.rsplit(ortmarkers.CAUSE_SEPARATOR, 1)[1]
     return shorten(text or type(error).__name__, limit)

@@ -14,8 +14,14 @@ import re
 
 # "[ONNXRuntimeError] : 1 : FAIL : " before every message: dropped from the one-line reason (errors.ort_reason).
 ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
-# "onnx_graph.cc:123 Fn " after it: where in ORT's sources it was raised, no help to a user (errors.ort_reason).
+# "onnx_graph.cc:123 Fn " after it: where in ORT's sources it was raised, no help to a user (errors.ort_reason); also
+# anywhere in the text with the C++ function's whole signature ("/onnxruntime_src/.../model.cc:256
+# onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: 14, ...", "...Locale(const
+# std::string&)::<lambda()> Failed to construct locale ...").
 SOURCE_LOCATION = re.compile(r"^\S+\.(?:cc|cpp|h|hpp):\d+\s+(?:\S+\s+)?(?=[A-Z\[])")
+SOURCE_SIGNATURE = re.compile(r"\S+\.(?:cc|cpp|h|hpp):\d+\s+[^()]*\([^()]*\)(?:::<lambda\(\)>)?\s+(?=[A-Z\[])")
+# "Load model from PATH failed:" before the cause: the message that carries it names the model already.
+LOAD_FAILED = re.compile(r"^Load model from .*? failed:\s*")
 # "Load model from X failed: ... In Node, (...) , Error <cause>": the cause is what follows (errors.ort_reason).
 CAUSE_SEPARATOR = ", Error "
 

@@ -158,3 +158,35 @@ def test_opset_6_is_refused_naming_the_opset_and_the_conversion_that_compiles(tm
     x = np.random.default_rng(0).uniform(-3, 3, (2, 8)).astype(np.float32)
     [y] = qnn_session(tmp_path / "out" / "new_ctx.onnx", allow_cpu_nodes=False).run(None, {"x": x})
     np.testing.assert_allclose(y, np.exp(x.astype(np.float64)), rtol=QNN_RTOL, atol=QNN_ATOL)
+
+
+def test_a_model_newer_than_onnxruntime_is_refused_with_the_reason_alone(tmp_path: Path) -> None:
+    """ORT's text is "Load model from PATH failed:/onnxruntime_src/.../model.cc:256 onnxruntime::Model::Model(<the whole
+    C++ signature>) Unsupported model IR version: ..."; the one line keeps the reason (the path is named once, first)."""
+    source = _opset6_exp(tmp_path / "new.onnx")
+    model = onnx.load(str(source))
+    model.ir_version, model.opset_import[0].version = 14, 17
+    onnx.save(model, str(source))
+    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn")
+    assert result.returncode == 3, result.stderr
+    line = assert_one_line_error(result.stderr, "new.onnx: ONNX Runtime cannot load this model: Unsupported model IR version: 14, max supported IR version:")
+    assert "onnxruntime_src" not in line and "Load model from" not in line and line.count("new.onnx") == 1
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("[ONNXRuntimeError] : 1 : FAIL : Load model from /m/x.onnx failed:/onnxruntime_src/onnxruntime/core/graph/model_load_utils.h:46 void "
+     "onnxruntime::model_load_utils::ValidateOpsetForDomain(const std::unordered_map<std::__cxx11::basic_string<char>, int>&, const "
+     "onnxruntime::logging::Logger&, bool, const std::string&, int) ONNX Runtime only *guarantees* support for models stamped with official "
+     "released onnx opset versions. Opset 26 is under development.",
+     "ONNX Runtime only *guarantees* support for models stamped with official released onnx opset versions. Opset 26 is under development."),
+    ("Exception during initialization: /onnxruntime_src/onnxruntime/core/providers/cpu/text/string_normalizer.cc:235 "
+     "onnxruntime::StringNormalizer::Locale::Locale(const std::string&)::<lambda()> Failed to construct locale with name:en_US.UTF-8",
+     "Exception during initialization: Failed to construct locale with name:en_US.UTF-8"),
+    ("Load model from a b.onnx failed:This is an invalid model. In Node, (\"\", FooBar, \"\", -1) : (\"x\": tensor(float),) -> (\"y\",) , "
+     "Error No Op registered for FooBar with domain_version of 17", "No Op registered for FooBar with domain_version of 17"),
+])
+def test_ort_reason_keeps_the_cause_without_sources_or_signatures(text: str, reason: str) -> None:
+    """Texts of onnxruntime 1.31 (the ONNX backend-test models: opset 26 node tests, StringNormalizer without locales)."""
+    from ortcompile.errors import ort_reason
+
+    assert ort_reason(text) == reason
