@@ -54,6 +54,8 @@ def mark_crash_contained() -> None:
 class WorkerCrashed(CompilationFailed):
     """The child died from a signal or exited without answering."""
 
+    signal: int | None = None  # the signal it died of (SIGKILL: killed, e.g. out of memory; SIGSEGV, SIGABRT...: a bug)
+
 
 class ChildTraceback(Exception):
     """Where an error handed back by the child was raised: its formatted traceback, the cause of the error the
@@ -142,7 +144,9 @@ class Worker:
             how = f"crashed ({ended(code)})"
         else:
             how = f"exited with code {code}"
-        return WorkerCrashed(f"{self.label} {how} while {doing}; nothing was published")
+        crashed = WorkerCrashed(f"{self.label} {how} while {doing}; nothing was published")
+        crashed.signal = -code if code is not None and code < 0 else None
+        return crashed
 
     def close(self) -> None:
         """Ask the child to leave; kill it if it does not (an EP stuck in native code)."""

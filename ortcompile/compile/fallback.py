@@ -11,13 +11,18 @@ finds outputs outside its criterion, the divergence is localized (readback/local
   compiled and checked again, up to MAX_ROUNDS more times. What moved, how many nodes and partitions now run on the
   CPU EP and the check's worst SNR before and after go into the summary and the manifest (`cpu_nodes`).
 
+When the EP fails on the graph it compiled instead (crashes running it, cannot load it: nothing to localize), `--fallback
+auto` moves the op types it took to the CPU EP one at a time, fewest nodes first (`Probe`), until a round passes.
+
 The fp16 lint (readback/lint.py) runs first, for EPs computing in fp16: its warnings name nodes before the long
 compile, and are the first candidates when the divergence cannot be pinned on single nodes.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from collections import Counter
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +49,7 @@ if TYPE_CHECKING:
     from ortcompile.readback.localize import Divergence
 
 MAX_ROUNDS = 3  # recompiles --fallback auto may add: each moves the nodes the last check found diverging
+MAX_PROBES = 12  # op types --fallback auto tries off the EP, one at a time, when the EP fails on its compiled graph
 FALLBACK_MODES = ("off", "auto")
 
 
@@ -90,7 +96,8 @@ class FallbackState:
             return None
         return {"requested": list(self.pins.patterns), "op_types": list(self.how.op_types), "cut": list(self.how.cut), "moved": list(self.pins.nodes),
                 "nodes": [n["name"] for n in self.placement.get("nodes", [])], "partitions": self.placement.get("partitions", 0),
-                "rounds": [{"op_types": r["op_types"], "cut": r["cut"], "worst_snr_db": r["worst_snr_db"], "first": r["first"]} for r in self.rounds],
+                "rounds": [{"op_types": r["op_types"], "cut": r["cut"], "worst_snr_db": r["worst_snr_db"], "first": r["first"],
+                            **({"ep_failure": r["ep_failure"]} if "ep_failure" in r else {})} for r in self.rounds],
                 "worst_snr_db_before": self.rounds[0]["worst_snr_db"] if self.rounds else None,
                 "worst_snr_db_after": worst_snr(check_report)}
 
@@ -112,8 +119,9 @@ class FallbackState:
         if not self.rounds:
             return f"{moved} (--cpu-nodes); {counts}"
         before, after = record["worst_snr_db_before"], record["worst_snr_db_after"]
-        return (f"{moved} (--fallback auto, {len(self.rounds)} round{'s' if len(self.rounds) > 1 else ''}); {counts}; "
-                f"check worst SNR {_db(before)} -> {_db(after)}")
+        snr = (f"the EP failed on the graph as first compiled; check worst SNR {_db(after)}" if "ep_failure" in self.rounds[0]
+               else f"check worst SNR {_db(before)} -> {_db(after)}")
+        return f"{moved} (--fallback auto, {len(self.rounds)} round{'s' if len(self.rounds) > 1 else ''}); {counts}; {snr}"
 
 
 def _db(value: float | None) -> str:
@@ -146,12 +154,17 @@ def start_state(job: CompileRound) -> FallbackState:
 
 
 def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest], compile_part: CompileOne) -> CompileResult:
-    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry.
+    """Build, check and publish; on outputs that differ, localize, and with --fallback auto move nodes and retry; when
+    the EP fails on the graph it compiled, with --fallback auto look for the op type it fails on (`Probe`).
     `compile_part`: job.compile_model, what the parts of a graph cut around pinned nodes compile with (nodecut.py)."""
     state = start_state(job)
     job.fallback = state
     base_request = job.plan.request
-    for round_index in range(MAX_ROUNDS + 1):
+    probe: Probe | None = None
+    parity_rounds = 0
+    for attempt in itertools.count():
+        if attempt:
+            workers.renew()  # a fresh EP state for the next compile, as every compile gets
         with Staging(job.plan.output_dir) as staging:
             # (the localization runs the whole graph: there the pinned nodes' op types are all refused to the EP)
             job.request_override = pinned_request(base_request, state.pins, staging.path)
@@ -166,6 +179,9 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
             try:
                 return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
+                if ep_failed(exc):
+                    probe = _probe_on(job, state, probe, exc, built)
+                    continue
                 report = getattr(exc, "parity_report", None)
                 if report is None or not report.outputs_differ:
                     raise
@@ -182,14 +198,75 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                     job.reporter.detail(line)
                 more = next_pins(state.pins, divergence, state.findings)
                 how = state.place(more)
-                if job.plan.options.fallback != "auto" or how == state.how or round_index == MAX_ROUNDS:
+                if job.plan.options.fallback != "auto" or how == state.how or parity_rounds == MAX_ROUNDS:
                     raise refusal(exc, divergence, job, state, more) from exc
                 job.reporter.stage(f"fallback: moving {how.describe(state.how)} to the CPU EP")
                 state.pins = more
+                parity_rounds += 1
             finally:
                 job.request_override = None
-        workers.renew()  # a fresh EP state for the next compile, as every compile gets
     raise AssertionError("unreachable")
+
+
+def ep_failed(exc: CompilationFailed | VerificationFailed) -> bool:
+    """The EP crashed on, or could not load or run, the graph it compiled: not outputs that differ, not the source."""
+    report = getattr(exc, "parity_report", None)
+    return bool(getattr(exc, "compiled_failed", False) or (report is not None and report.compiled_failed))
+
+
+@dataclass
+class Probe:
+    """--fallback auto when the EP fails on the graph it compiled (a crash, a graph it cannot load or run): the op
+    types it took, each moved to the CPU EP alone, fewest nodes first, until a compile passes its check."""
+
+    base: CpuPins  # the pins before the search
+    left: list[str]  # op types still to try
+    failure: str  # the EP's failure on the graph as compiled first
+    tried: list[str] = field(default_factory=list)
+
+
+def _probe_on(job: CompileRound, state: FallbackState, probe: Probe | None, exc: CompilationFailed | VerificationFailed,
+              built: Built) -> Probe:
+    """The next op type to keep off the EP (state.pins set for the next round), or the refusal when there is none."""
+    plan = job.plan
+    if plan.ep.name not in CPU_PINNING_EPS or plan.options.partition is not None:
+        raise exc  # (no op can be kept off this EP; --partition refuses --fallback auto)
+    if plan.options.fallback != "auto":
+        raise ep_failure_refusal(exc, runs=plan.options.check not in ("none", "load")) from exc
+    if probe is None:
+        probe = Probe(state.pins, probe_candidates(state.model, state.pins, built.graph.remaining_ops), exc.message)
+    if not probe.left:
+        tried = (f"each of {', '.join(probe.tried)}" if len(probe.tried) > 1 else probe.tried[0] if probe.tried
+                 else "nothing (no op type it took is left to move)")
+        raise type(exc)(f"{probe.failure}; --fallback auto moved {tried} to the CPU EP alone, and the EP still failed "
+                        "(-v shows its log)", detail=exc.detail) from exc
+    op_type = probe.left.pop(0)
+    probe.tried.append(op_type)
+    failure = exc.message.removesuffix("; nothing was published")
+    state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": None, "first": [],
+                         "divergence": {"ep_failure": failure}, "ep_failure": failure})
+    job.reporter.stage(f"fallback: the EP failed on the compiled graph; trying {op_type} on the CPU EP")
+    state.pins = probe.base.adding([op_type])
+    return probe
+
+
+def probe_candidates(model: Any, pins: CpuPins, left_on_cpu: dict[str, int]) -> list[str]:
+    """The op types the EP took (every node's but those already on the CPU EP or pinned), fewest nodes first."""
+    if model is None:
+        return []
+    counts = Counter(n.op_type for n in model.graph.node if n.op_type not in ("EPContext", "Constant"))
+    took = [t for t in counts if t not in left_on_cpu and t not in pins.op_types]
+    return sorted(took, key=lambda t: (counts[t], t))[:MAX_PROBES]
+
+
+def ep_failure_refusal(exc: CompilationFailed | VerificationFailed, runs: bool) -> CompilationFailed | VerificationFailed:
+    """The EP's failure as it was, with the way to find the op type it fails on (`runs`: the check runs the model, as
+    --fallback auto needs)."""
+    search = "--fallback auto" + ("" if runs else " (with --check auto)")
+    error = type(exc)(f"{exc.message}; next: {search} to find the op type the EP fails on and keep it on the CPU EP, or --cpu-nodes op:TYPE",
+                      detail=exc.detail)
+    error.parity_report = getattr(exc, "parity_report", None)  # type: ignore[attr-defined]
+    return error
 
 
 def _cut(job: CompileRound, state: FallbackState, staging_dir: Path, compile_part: CompileOne) -> PlacedStitch | None:

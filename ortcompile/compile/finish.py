@@ -10,10 +10,12 @@ the result from that.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
+import signal
 import time
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +33,7 @@ from ortcompile.output.publish import Staging, check_destination, directory_lock
 from ortcompile.plan.planner import CheckPlan, VerifyPlan
 from ortcompile.progress import Reporter
 from ortcompile.version import __version__
-from ortcompile.worker import Worker, Workers
+from ortcompile.worker import Worker, WorkerCrashed, Workers
 
 if TYPE_CHECKING:
     from ortcompile import eps
@@ -279,7 +281,8 @@ def run_check(staged_model: Path, plan: CheckPlan, workers: Workers, reporter: R
     reporter.stage(f"checking {staged_model.name}: {'load and run' if mode == 'run' else 'load'} on {plan.ep_label}")
     request_ = check.check_request(staged_model, source.absolute(), plan.request, mode, plan.precision, plan.dims, given, verify_criterion,
                                    offers=plan.offers)
-    report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
+    with _ep_death_marked():
+        report = worker.call(run_parity, request_, doing=f"{'running' if mode == 'run' else 'loading'} the compiled {staged_model.name}")
     return _passed(report, plan, bool(given), clock, worker, reporter)
 
 
@@ -294,8 +297,24 @@ def check_in_verify_session(staged_model: Path, plan: CheckPlan, verify: Planned
     worker = workers.get()
     reporter.stage(f"checking {staged_model.name}: load on {plan.ep_label}")
     assert verify.parity is not None  # (plan_staged_verify plans nothing else)
-    report = worker.call(open_for_run, verify.parity, doing=f"loading the compiled {staged_model.name}")
+    with _ep_death_marked():
+        report = worker.call(open_for_run, verify.parity, doing=f"loading the compiled {staged_model.name}")
     return _passed(report, plan, bool(given_inputs(plan.freeze, plan.inputs)), clock, worker, reporter)
+
+
+# What a worker dies of when the EP's code fails on the graph (not SIGKILL: the user, or the kernel out of memory)
+EP_BUG_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE, signal.SIGABRT})
+
+
+@contextlib.contextmanager
+def _ep_death_marked() -> Iterator[None]:
+    """A worker that crashes while the check loads or runs the compiled model crashed in the EP on it: marked so (as
+    the report's `compiled_failed`), for --fallback auto to look for the op type it fails on (fallback.py)."""
+    try:
+        yield
+    except WorkerCrashed as exc:
+        exc.compiled_failed = exc.signal in EP_BUG_SIGNALS  # type: ignore[attr-defined]
+        raise
 
 
 def _passed(report: ParityReport, plan: CheckPlan, given: bool, clock: float, worker: Worker, reporter: Reporter) -> CheckOutcome:

@@ -101,6 +101,7 @@ class ParityReport:
     seeds_of_sets: list[int] = field(default_factory=list)
     concurrent_reference: bool = False  # the source's CPU run went beside the compiled model's
     compiled_sessions: int = 0  # sessions this call opened on the compiled model (0: it ran on one open_for_run left open)
+    compiled_failed: bool = False  # the compiled model failed to load or run on its EP (not: outputs differ, the source failed)
 
     def failure(self) -> str:
         return f"{self.error}; {self.hint}" if self.hint else self.error
@@ -147,8 +148,10 @@ def open_for_run(request: ParityRequest, reporter: Reporter) -> ParityReport:
     report = ParityReport("load")
 
     def hold(ep: Any) -> None:
+        report.compiled_failed = True  # until it is open and on its EP
         timed = _open_compiled(request, ep, report)
         _take_stock(request, ep, timed, report)
+        report.compiled_failed = False
         _held[request.model] = (_session_key(request), timed)
 
     return _measured(request, report, hold)
@@ -197,18 +200,22 @@ def _switch_hint(source: Path) -> str:
 def _run_compiled(request: ParityRequest, ep: Any, report: ParityReport, reporter: Reporter,
                   reference: SourceReference) -> tuple[list[Arrays], list[Arrays]]:
     """The compiled model's outputs and the inputs they came from (the reference gets the very same arrays)."""
+    report.compiled_failed = True  # while the compiled model loads on its EP, and below while it runs
     key, timed = _held.pop(request.model, (None, None))
     if key != _session_key(request):
         timed = None  # (one held for another request is let go before this one opens)
         timed = _open_compiled(request, ep, report)
     _take_stock(request, ep, timed, report)
+    report.compiled_failed = False
     if request.mode != "run":
         return [], []
     feeds = _feeds(request, timed.session, report)
     reporter.stage(f"running {request.model.name} on {ep.name}")
     clock = time.perf_counter()
     with reference.beside(feeds):
+        report.compiled_failed = True
         outputs = [_timed_run(timed.session, f, _label(request), ep, report) for f in feeds]
+        report.compiled_failed = False  # (the source's reference may still fail as the block ends: its own failure)
         report.seconds["run"] = time.perf_counter() - clock
     del timed
     gc.collect()
