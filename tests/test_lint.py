@@ -94,3 +94,21 @@ def test_inspect_lint_text_and_json(tmp_path: Path) -> None:
     document = json.loads(run_cli("inspect", model, "--lint", "--json").stdout)
     assert document["lint"] == [{"rule": "tiny-epsilon", "node": "log", "op_type": "Log", "severity": "warning",
                                  "nodes": ["log", "add_eps", "square"], "message": document["lint"][0]["message"]}]
+
+
+def test_isnan_is_a_note_because_qnn_answers_true_for_inf(tmp_path: Path) -> None:
+    """The note's claim, measured on the HTP simulator: IsNaN(±inf) is true there, false on the CPU EP."""
+    graph = helper.make_graph([helper.make_node("IsNaN", ["x"], ["y"], name="isnan")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])], [helper.make_tensor_value_info("y", TensorProto.BOOL, [6])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    assert [(f.rule, f.node, f.severity) for f in lint_model(model)] == [("isnan-inf", "isnan", "note")]
+
+    from helpers import cpu_session, qnn_session
+
+    onnx.save(model, str(tmp_path / "isnan.onnx"))
+    result = run_cli("compile", tmp_path / "isnan.onnx", "-o", tmp_path / "out", "--ep", "qnn", "-v")
+    assert result.returncode == 0, result.stderr  # the check's inputs hold no NaN or inf: nothing tells them apart
+    assert "fp16 lint: isnan (IsNaN): IsNaN on QNN's HTP is true for ±inf too" in result.stderr
+    x = np.array([-1.5, np.nan, np.inf, 2.5, -np.inf, 0.0], np.float32)
+    assert cpu_session(tmp_path / "isnan.onnx").run(None, {"x": x})[0].tolist() == [False, True, False, False, False, False]
+    assert qnn_session(tmp_path / "out" / "isnan_ctx.onnx").run(None, {"x": x})[0].tolist() == [False, True, True, False, True, False]

@@ -40,7 +40,7 @@ _REDUCE_MEANS = {"ReduceMean", "ReduceSum", "GlobalAveragePool", "AveragePool", 
 
 @dataclass(frozen=True)
 class Finding:
-    rule: str  # tiny-epsilon, gem-pooling, large-exponent, unguarded-exp, unguarded-log, sum-of-squares, fp16-overflow-constant
+    rule: str  # tiny-epsilon, gem-pooling, large-exponent, unguarded-exp, unguarded-log, sum-of-squares, fp16-overflow-constant, isnan-inf
     node: str  # the node's name (its first output when it has none)
     op_type: str
     message: str
@@ -283,7 +283,15 @@ def _overflowing_constant(graph: _Graph, node: Any) -> Iterable[Finding]:
             return
 
 
-_RULES = (_tiny_epsilon, _pow, _unguarded_exp, _unguarded_log, _sum_of_squares, _overflowing_constant)
+def _isnan_counts_inf(graph: _Graph, node: Any) -> Iterable[Finding]:
+    """QNN's HTP answers IsNaN true for ±inf as well (onnxruntime-qnn 2.7.0, tests/test_lint.py measures it): a NaN
+    guard there also catches what overflowed fp16, where the CPU EP lets the inf through."""
+    if node.op_type == "IsNaN":
+        yield Finding("isnan-inf", node_label(node), "IsNaN", "IsNaN on QNN's HTP is true for ±inf too (and fp16 overflows to inf sooner)",
+                      severity="note")
+
+
+_RULES = (_tiny_epsilon, _pow, _unguarded_exp, _unguarded_log, _sum_of_squares, _overflowing_constant, _isnan_counts_inf)
 
 
 def _is_external(tensor: Any) -> bool:
