@@ -124,6 +124,8 @@ def _infer_shapes(model: Any) -> None:
     except Exception:
         return
     for declared, found in zip(model.graph.output, inferred.graph.output):
+        if not (declared.type.HasField("tensor_type") and found.type.HasField("tensor_type")):
+            continue  # a sequence or map output: writing a tensor shape into it would turn it into a tensor of no type
         if all(d.HasField("dim_value") for d in value_dims(found)) and len(value_dims(found)) == len(value_dims(declared)):
             declared.type.tensor_type.shape.CopyFrom(found.type.tensor_type.shape)
     del model.graph.value_info[:]
