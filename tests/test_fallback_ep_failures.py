@@ -87,3 +87,19 @@ def test_probe_candidates_are_the_ops_the_ep_took_fewest_nodes_first() -> None:
     assert probe_candidates(model, CpuPins(op_types=("Conv",)), {"Gather": 1}) == ["Abs", "Relu"]  # pinned, or left on the CPU
     many = helper.make_model(helper.make_graph([helper.make_node(f"Op{i:02d}", [], []) for i in range(20)], "g", [], []))
     assert len(probe_candidates(many, CpuPins(), {})) == MAX_PROBES
+
+
+def test_a_pool_the_ep_crashes_on_or_computes_garbage_with_is_always_a_one_line_refusal(tmp_path: Path) -> None:
+    """ONNX's averagepool_2d_same_upper node test: QNN's AveragePool with SAME_UPPER pads either crashes the simulator
+    or returns garbage (SNR -81 dB), run to run. Whichever it does, in the check or in the localization's diagnostic
+    run after it (which crashed into an internal error, exit 70, before: seen in 1 of 3 runs), the refusal is one line,
+    exit 1."""
+    graph = helper.make_graph([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER")], "pool",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 32])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "same.onnx"))
+    for attempt in range(4):
+        result = run_cli("compile", tmp_path / "same.onnx", "-o", tmp_path / f"out{attempt}", "--ep", "qnn")
+        assert result.returncode == 1, result.stderr
+        line = assert_one_line_error(result.stderr)
+        assert "crashed (SIGSEGV)" in line or "differs from the source" in line, line

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_supported, resolve_cpu_nodes
 from ortcompile.compile.epstep import PREPARE_DIR
-from ortcompile.compile.finish import Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
+from ortcompile.compile.finish import EP_BUG_SIGNALS, Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
 from ortcompile.compile.nodecut import CannotCut, CompileOne, PlacedStitch, Placement, placed_stitch, placement_of
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
@@ -43,7 +43,7 @@ from ortcompile.plan.planner import CompilePlan
 from ortcompile.progress import Reporter
 from ortcompile.readback.lint import Finding, lint_model
 from ortcompile.readback.nextsteps import next_steps, placement_step
-from ortcompile.worker import Workers
+from ortcompile.worker import WorkerCrashed, Workers
 
 if TYPE_CHECKING:
     from ortcompile.readback.localize import Divergence
@@ -187,7 +187,11 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
                     raise
                 if job.plan.options.partition is not None:  # localizing would compile the whole graph, which --partition avoids
                     raise partition_refusal(exc, state) from exc
-                divergence = _localize(job, staging.path, workers, report)
+                try:
+                    divergence = _localize(job, staging.path, workers, report)
+                except WorkerCrashed:  # (--fallback auto only) the EP crashed running the diagnostic copy
+                    probe = _probe_on(job, state, probe, exc, built)
+                    continue
                 state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut),
                                      "worst_snr_db": worst_snr_of(o.to_json() for o in report.outputs),
                                      "first": [r.node for r in divergence.first], "divergence": divergence.to_json()})
@@ -289,12 +293,16 @@ def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: An
     model = prepared if prepared.is_file() else plan.source.path.absolute()
     seed = report.failed_run.seed if report.failed_run else 0
     dims = {} if model == prepared else plan.pins.named  # the prepared graph has its dims pinned in it
-    from ortcompile.readback.localize import LocalizeRequest, localize_in_child  # see LAZY_IMPORTS (--if-changed)
+    from ortcompile.readback.localize import Divergence, LocalizeRequest, localize_in_child  # see LAZY_IMPORTS (--if-changed)
 
     request = LocalizeRequest(model, plan.source.path.absolute(), job.request, report.criterion, dims, seed,
                               given_inputs(plan.options.freeze, plan.options.inputs), report.failed_set)
     try:
         return workers.get().call(localize_in_child, request, doing=f"localizing the divergence in {plan.source.path.name}")
+    except WorkerCrashed as exc:
+        if exc.signal in EP_BUG_SIGNALS and plan.options.fallback == "auto":
+            raise  # the EP crashed on the diagnostic copy: run_rounds looks for the op type it fails on instead
+        return Divergence(error=exc.message.removesuffix("; nothing was published"))
     except Exception as exc:  # only a diagnosis: never hide the check's own verdict
         return Divergence(error=str(getattr(exc, "message", exc)))
 
