@@ -29,6 +29,10 @@ CAUSE_SEPARATOR = ", Error "
 
 # ERROR_IF_NO_NODES_COMPILED fired: the EP took none of the graph (NothingCompiled, exit 1).
 NOTHING_COMPILED = "Unable to compile any nodes"
+# ORT's layout transform rewrote an op into NHWC for the EP, which then did not take it: the op type (QNN 2.7.0 on
+# MaxPool/AveragePool with ceil_mode, 3-D GridSample, Upsample: ONNX's node tests).
+LAYOUT_REFUSED = re.compile(r"OpType:(\w+) with domain:com\.ms\.internal\.nhwc was inserted using the NHWC format as requested by \w+, "
+                            r"but was not selected by that EP")
 # The EP has no EPContext data write callback: compile again letting the EP write its blob files itself.
 CALLBACK_UNSUPPORTED = "does not support the registered EPContext data write callback"
 # Status codes and messages that mean the input model itself is broken (exit 3), not the EP (exit 1) — when the

@@ -103,3 +103,33 @@ def test_a_pool_the_ep_crashes_on_or_computes_garbage_with_is_always_a_one_line_
         assert result.returncode == 1, result.stderr
         line = assert_one_line_error(result.stderr)
         assert "crashed (SIGSEGV)" in line or "differs from the source" in line, line
+
+
+def _grid_sample_3d(path: Path) -> Path:
+    """Relu -> 3-D GridSample -> Sigmoid: ONNX Runtime's layout transform rewrites the GridSample into NHWC for QNN,
+    which then does not take it (ONNX's gridsample_volumetric node tests): a graph no EP can run."""
+    nodes = [helper.make_node("Relu", ["X"], ["r"]), helper.make_node("GridSample", ["r", "Grid"], ["g"], mode="linear", align_corners=0),
+             helper.make_node("Sigmoid", ["g"], ["Y"])]
+    graph = helper.make_graph(nodes, "grid", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 3, 2, 2]),
+                                              helper.make_tensor_value_info("Grid", TensorProto.FLOAT, [1, 2, 4, 2, 3])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 4, 2])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10), str(path))
+    return path
+
+
+def test_an_op_whose_nhwc_form_the_ep_refuses_is_named_and_moved_by_fallback_auto(tmp_path: Path) -> None:
+    source = _grid_sample_3d(tmp_path / "grid.onnx")
+    result = run_cli("compile", source, "-o", tmp_path / "refused", "--ep", "qnn")
+    assert result.returncode == 1
+    assert_one_line_error(result.stderr, "qnn: compilation failed: qnn refused the NHWC GridSample ONNX Runtime's layout transform made for it",
+                          "keep GridSample on the CPU EP: --cpu-nodes op:GridSample, or --fallback auto")
+
+    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn", "--fallback", "auto", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)["outputs"][0]
+    assert report["remaining_ops"] == {"GridSample": 1} and report["epcontext_nodes"] == 2
+    [round_] = report["fallback"]["rounds"]
+    assert round_["op_types"] == [] and "refused the NHWC GridSample" in round_["ep_failure"]
+    rng = np.random.default_rng(0)
+    feeds = {"X": rng.standard_normal((1, 1, 3, 2, 2)).astype(np.float32), "Grid": rng.uniform(-1, 1, (1, 2, 4, 2, 3)).astype(np.float32)}
+    np.testing.assert_allclose(qnn_session(Path(report["model"])).run(None, feeds)[0], cpu_session(source).run(None, feeds)[0], rtol=5e-3, atol=5e-3)

@@ -32,6 +32,7 @@ from ortcompile.compile.cpunodes import CpuPins, pinned_request, require_support
 from ortcompile.compile.epstep import PREPARE_DIR
 from ortcompile.compile.finish import EP_BUG_SIGNALS, Built, Finished, finish, given_inputs, worst_snr, worst_snr_of
 from ortcompile.compile.nodecut import CannotCut, CompileOne, PlacedStitch, Placement, placed_stitch, placement_of
+from ortcompile.compile.ortstep import LayoutRefused
 from ortcompile.eps.catalog import CPU_EP, CPU_PINNING_EPS
 from ortcompile.eps.request import EpRequest
 from ortcompile.errors import CompilationFailed, OrtCompileWarning, UsageError, VerificationFailed
@@ -170,12 +171,16 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
             job.request_override = pinned_request(base_request, state.pins, staging.path)
             state.placement = {}
             state.how = state.place(state.pins)
-            # some nodes of an op type, not all: cut around them; --partition: split by its budget too
-            stitch = _cut(job, state, staging.path, compile_part) if state.how.cut or job.plan.options.partition else None
-            if stitch is not None:
-                built, result = stitch.build(staging.path), stitch.result
-            else:
-                built, result = job.build(staging.path, workers), job.result  # (its graph pass reads the placement into state)
+            try:
+                # some nodes of an op type, not all: cut around them; --partition: split by its budget too
+                stitch = _cut(job, state, staging.path, compile_part) if state.how.cut or job.plan.options.partition else None
+                if stitch is not None:
+                    built, result = stitch.build(staging.path), stitch.result
+                else:
+                    built, result = job.build(staging.path, workers), job.result  # (its graph pass reads the placement into state)
+            except LayoutRefused as refused:
+                _move_refused(job, state, refused)
+                continue
             try:
                 return result(built, finish([built], staging, workers, [digest])[0])
             except (CompilationFailed, VerificationFailed) as exc:
@@ -210,6 +215,18 @@ def run_rounds(job: CompileRound, workers: Workers, digest: Future[InputDigest],
             finally:
                 job.request_override = None
     raise AssertionError("unreachable")
+
+
+def _move_refused(job: CompileRound, state: FallbackState, refused: LayoutRefused) -> None:
+    """--fallback auto: the op type whose NHWC form the EP refused goes to the CPU EP (else the refusal stands)."""
+    plan = job.plan
+    if (plan.options.fallback != "auto" or plan.ep.name not in CPU_PINNING_EPS or plan.options.partition is not None
+            or refused.op_type in state.pins.op_types or len(state.rounds) >= MAX_PROBES):
+        raise refused
+    state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": None, "first": [],
+                         "divergence": {"ep_failure": refused.message}, "ep_failure": refused.message})
+    job.reporter.stage(f"fallback: moving {refused.op_type} to the CPU EP ({plan.ep.info.short_name} refused its NHWC form)")
+    state.pins = state.pins.adding([refused.op_type])
 
 
 def ep_failed(exc: CompilationFailed | VerificationFailed) -> bool:

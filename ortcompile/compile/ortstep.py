@@ -37,6 +37,18 @@ class NothingCompiled(CompilationFailed):
 
     def __reduce__(self) -> tuple[type, tuple[str, str | None, bool | None, str]]:  # type: ignore[override]
         return (type(self), (self.message, self.detail, self.ep_starts, self.model))
+
+
+class LayoutRefused(CompilationFailed):
+    """ORT's layout transform rewrote `op_type` into NHWC for the EP, and the EP did not take the result: a graph no
+    EP can run. Keeping that op type on the CPU EP avoids it (--cpu-nodes, or --fallback auto: fallback.py)."""
+
+    def __init__(self, message: str, detail: str | None = None, op_type: str = "") -> None:
+        super().__init__(message, detail)
+        self.op_type = op_type
+
+    def __reduce__(self) -> tuple[type, tuple[str, str | None, str]]:  # type: ignore[override]
+        return (type(self), (self.message, self.detail, self.op_type))
 _CALLBACK_SUPPORT: dict[str, bool] = {}  # EP name -> accepts the EP-context write callback (asked once per process)
 # Measured answers, so a fresh worker does not ask again on every compile (the one-node probe: 0.04-0.06 CPU s of a
 # 0.4-1.6 s small-model compile): (EP name, EP version, onnxruntime version) -> accepts the callback. Any other
@@ -231,6 +243,12 @@ def _raise_translated(exc: Exception, callback_error: BaseException | None, ep: 
         raise NothingCompiled(f"{ep.info.short_name}: the EP compiled no nodes", detail=text) from exc
     if ortmarkers.any_in(text, ortmarkers.INVALID_MODEL) and not _cpu_can_load(source):
         raise InvalidModel(f"{source}: ONNX Runtime cannot load this model: {ort_reason(text)}", detail=text) from exc
+    refused = ortmarkers.LAYOUT_REFUSED.search(text)
+    if refused:
+        op, short = refused.group(1), ep.info.short_name
+        raise LayoutRefused(f"{short}: compilation failed: {short} refused the NHWC {op} ONNX Runtime's layout transform made for it "
+                            f"(a graph no EP can run); keep {op} on the CPU EP: --cpu-nodes op:{op}, or --fallback auto", detail=text,
+                            op_type=op) from exc
     # The model itself is fine (the CPU EP loads it): the EP failed while partitioning or compiling it.
     raise CompilationFailed(f"{ep.info.short_name}: compilation failed: {ort_reason(text)}{_switch_hint(source)}", detail=text) from exc
 
