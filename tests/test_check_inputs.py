@@ -330,3 +330,21 @@ def test_verify_judges_a_data_dependent_length_on_the_overlap(tmp_path: Path, st
     else:
         assert result.exit_code == 5 and out["reason"].startswith(f"{shapes}: ")
         assert report["failure"].startswith(f"output 'wav' differs from the source on the CPU EP (seed 0): {shapes}: ")
+
+
+# ---------------------------------------------------------------- shape operands fed as inputs
+
+def test_a_resize_whose_scales_are_an_input_publishes_checked_on_the_scales_its_shapes_imply(tmp_path: Path) -> None:
+    """ONNX's resize node tests feed `scales` as an input: the check fed it noise, the source refused negative scales
+    and nothing was published. Now it gets output / input per axis (hints.py), and the compiled model is right there."""
+    model = save(tmp_path / "resize.onnx", [helper.make_node("Resize", ["X", "", "scales"], ["Y"], mode="nearest")],
+                 [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 3, 4, 4]), helper.make_tensor_value_info("scales", TensorProto.FLOAT, [4])],
+                 [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 3, 8, 12])], opset=18)
+    report = compiled_json(model, "-o", tmp_path / "out", "--ep", "qnn")
+    assert report["epcontext_nodes"] == 1
+    assert "scales: [1.0, 1.0, 2.0, 3.0] (the scales of Resize 'Y': output [1, 3, 8, 12] from input [1, 3, 4, 4])" in report["check"]["notes"]
+    x = np.random.default_rng(0).standard_normal((1, 3, 4, 4)).astype(np.float32)
+    from helpers import qnn_session
+
+    [y] = qnn_session(Path(report["model"]), allow_cpu_nodes=False).run(None, {"X": x, "scales": np.array([1, 1, 2, 3], np.float32)})
+    np.testing.assert_allclose(y, np.repeat(np.repeat(x, 2, axis=2), 3, axis=3), rtol=5e-3, atol=5e-3)

@@ -336,3 +336,34 @@ def test_corpus_token_inputs_index_their_tables_and_the_vad_gets_its_sample_rate
     assert {name: hint.high for name, hint in hints.items()} == {"atoms": 121, "neighbors": 17, "distances": 13, "roles": 4}
     for vad in ["silero/silero_vad", "silero/silero_vad_op18_ifless"]:  # Equal directly, and through Reshape + Gather
         assert read_hints(corpus.require_model(vad).path)["sr"].value == 16000
+
+
+def _resize(path: Path, operand: str, out: list[int], axes: list[int] | None = None) -> Path:
+    """X [1, 2, 3, 4] -> Resize with `operand` ("scales" or "sizes") a graph input, the output declared `out`."""
+    n = len(axes) if axes else 4
+    inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 2, 3, 4]),
+              helper.make_tensor_value_info(operand, TensorProto.FLOAT if operand == "scales" else TensorProto.INT64, [n])]
+    wiring = ["X", "", "scales"] if operand == "scales" else ["X", "", "", "sizes"]
+    node = helper.make_node("Resize", wiring, ["Y"], mode="nearest", **({"axes": axes} if axes else {}))
+    return save(path, [node], inputs, [helper.make_tensor_value_info("Y", TensorProto.FLOAT, out)], opset=18)
+
+
+def test_a_resize_scales_or_sizes_input_gets_what_the_shapes_imply(tmp_path: Path) -> None:
+    """Random scales are no scales (ORT refuses <= 0: the check refused ONNX's resize node tests on the source):
+    the output over the input per axis; sizes: the output's dims; with `axes`, those axes only; with the output's
+    shape unknown, the identity. Each model runs on the CPU EP on its feeds and gives the declared shape."""
+    cases = [
+        (_resize(tmp_path / "scales.onnx", "scales", [1, 2, 6, 12]), "scales", [1.0, 1.0, 2.0, 3.0]),
+        (_resize(tmp_path / "sizes.onnx", "sizes", [1, 2, 6, 2]), "sizes", [1, 2, 6, 2]),
+        (_resize(tmp_path / "axes.onnx", "scales", [1, 2, 6, 8], axes=[2, 3]), "scales", [2.0, 2.0]),
+        (_resize(tmp_path / "unknown.onnx", "scales", ["h", "w", "c", "d"]), "scales", [1.0, 1.0, 1.0, 1.0]),
+    ]
+    for path, operand, values in cases:
+        hint = read_hints(path)[operand]
+        assert list(hint.values) == values and f"the {operand} of Resize" in hint.why, (path.name, hint)
+        feeds = feeds_for(path, seed=0)
+        assert feeds.arrays[operand].tolist() == values
+        assert any(note.startswith(f"{operand}: {values}") for note in feeds.notes), feeds.notes
+        [y] = ort.InferenceSession(str(path)).run(None, feeds.arrays)
+        declared = [d.dim_value or None for d in onnx.load(str(path)).graph.output[0].type.tensor_type.shape.dim]
+        assert [d or s for d, s in zip(declared, y.shape)] == list(y.shape)

@@ -10,7 +10,7 @@
 4. a bool input or a mask-like name (`attention_mask`, ...): all true / all ones (nothing masked out: a
    random mask can mask everything and turn a softmax into NaN);
 5. a hint from the source graph (hints.py): indices into a table -> uniform in [0, N); compared with a
-   constant -> that constant;
+   constant -> that constant; a Resize's scales or sizes -> what the shapes around it imply;
 6. otherwise random: floats uniform in [-1, 1), integers in [0, 4) (valid as small indices and axes),
    strings "ortcompile".
 
@@ -294,6 +294,9 @@ def _generate(spec: InputSpec, shape: tuple[int, ...], seed: int, hint: InputHin
     if hint and hint.high and dtype.kind in "iu":
         notes.append(f"{spec.name}: uniform in [0, {hint.high}) ({hint.why})")
         return rng.integers(0, hint.high, size=shape).astype(dtype)
+    if hint and hint.values is not None and numeric and math.prod(shape) == len(hint.values):
+        notes.append(f"{spec.name}: {list(hint.values)} ({hint.why})")
+        return np.array(hint.values, dtype=dtype).reshape(shape)
     if hint and hint.value is not None and numeric:
         notes.append(f"{spec.name}: {hint.value} everywhere ({hint.why})")
         return np.full(shape, hint.value, dtype=dtype)

@@ -1,13 +1,14 @@
 """What a source graph says about the values its inputs must take.
 
-Read from the **source** model: a compiled model hides the ops inside EPContext nodes. Two facts are
-found, both by following an input through value-preserving ops (Cast, Reshape, Unsqueeze, ...):
+Read from the **source** model: a compiled model hides the ops inside EPContext nodes. Three facts are
+found by following an input through value-preserving ops (Cast, Reshape, Unsqueeze, ...):
 
 - ``indices``: it reaches a Gather (or GatherElements, or an embedding op) as indices into a table with a
   known size N along the gathered axis: values must lie in [0, N), or the model reads past the table; or it is
   one-hot encoded by Equal against a constant 0..N-1 (magika's bytes): classes in [0, N).
 - ``constant``: it is compared with Equal against a constant scalar, e.g. a sample rate that selects the
   model's code path: the constant is the value that exercises that path.
+- ``values``: it is a Resize's scales or sizes (directly): the values the static shapes around the Resize imply.
 
 Nothing here knows a particular model; name-based guesses (masks, position ids) live in feeds.py.
 """
@@ -49,6 +50,7 @@ class InputHint:
     high: int | None = None
     value: int | float | None = None
     why: str = ""
+    values: tuple[int | float, ...] | None = None  # every element, in order: a Resize's scales or sizes (the shapes around it)
 
 
 @dataclass
@@ -75,6 +77,8 @@ def _hint_for(name: str, graph: _Graph, model: onnx.ModelProto) -> InputHint | N
     bounds: list[tuple[int, str]] = []
     constants: list[int | float] = []
     for tensor, node in _reached(name, graph):
+        if tensor == name and (resize := _resize_hint(node, tensor, graph, model)) is not None:
+            return resize
         table = _table_of(node, tensor)
         if table is not None:
             size = _dim(graph, model, table, _axis(node))
@@ -95,6 +99,32 @@ def _hint_for(name: str, graph: _Graph, model: onnx.ModelProto) -> InputHint | N
         others = f" (also compared with {', '.join(map(str, constants[1:]))})" if len(constants) > 1 else ""
         return InputHint(value=constants[0], why=f"compared with Equal against {constants[0]}{others}")
     return None
+
+
+def _resize_hint(node: onnx.NodeProto, tensor: str, graph: _Graph, model: onnx.ModelProto) -> InputHint | None:
+    """An input fed as a Resize's `scales` (position 2) or `sizes` (3): random values are no valid scale (ORT refuses
+    <= 0), so it gets the ones the shapes around the Resize imply (output / input per axis, or the output's dims), or
+    the identity (scales 1, sizes = the input's dims) when the output's shape is not known."""
+    if node.op_type != "Resize" or node.domain not in ("", "ai.onnx") or _position(node, tensor) not in (2, 3):
+        return None
+    _dim(graph, model, node.input[0], 0)  # (shape inference fills in the shapes the proto does not hold)
+    rank = len(graph.shapes.get(node.input[0]) or ())
+    if not rank:
+        return None
+    dims_in = [_dim(graph, model, node.input[0], axis) for axis in range(rank)]
+    dims_out = [_dim(graph, model, node.output[0], axis) for axis in range(rank)]
+    axes = next((list(a.ints) for a in node.attribute if a.name == "axes"), None) or list(range(rank))
+    axes = [axis % rank for axis in axes]
+    if any(dims_in[axis] is None for axis in axes):
+        return None
+    known = all(dims_out[axis] is not None for axis in axes)
+    if _position(node, tensor) == 2:
+        values: tuple[int | float, ...] = tuple(dims_out[a] / dims_in[a] if known else 1.0 for a in axes)  # type: ignore[operator]
+    else:
+        values = tuple(dims_out[a] if known else dims_in[a] for a in axes)  # type: ignore[misc]
+    what = "scales" if _position(node, tensor) == 2 else "sizes"
+    shapes = f"output {[dims_out[a] for a in axes]} from input {[dims_in[a] for a in axes]}" if known else "the identity: the output's shape is not known"
+    return InputHint(values=values, why=f"the {what} of Resize {node.name or node.output[0]!r}: {shapes}")
 
 
 def _reached(name: str, graph: _Graph) -> Iterator[tuple[str, onnx.NodeProto]]:
