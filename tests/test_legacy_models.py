@@ -190,3 +190,27 @@ def test_ort_reason_keeps_the_cause_without_sources_or_signatures(text: str, rea
     from ortcompile.errors import ort_reason
 
     assert ort_reason(text) == reason
+
+
+def test_an_ir3_model_whose_constants_are_folded_takes_no_new_inputs(tmp_path: Path) -> None:
+    """IR 3 with two equal Constant nodes and no initializer (ONNX's pytorch-converted AvgPool1d, converted to opset 17):
+    ORT's optimizer folds them into one initializer and, writing IR 3, lists the folded constants as graph inputs; the
+    compiled model then asked for '_v_6' (the check refused it: "Invalid input name"). The prepared model is IR 4."""
+    def axes(name: str) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=helper.make_tensor(f"{name}_value", TensorProto.INT64, [1], [3]))
+
+    nodes = [axes("_v_6"), helper.make_node("Unsqueeze", ["x", "_v_6"], ["u"]),
+             helper.make_node("AveragePool", ["u"], ["p"], kernel_shape=[2, 1], strides=[2, 1]),
+             axes("_v_7"), helper.make_node("Squeeze", ["p", "_v_7"], ["y"])]
+    graph = helper.make_graph(nodes, "pool1d", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 3
+    onnx.save(model, str(tmp_path / "pool1d.onnx"))
+    result = run_cli("compile", tmp_path / "pool1d.onnx", "-o", tmp_path / "out", "--ep", "qnn")
+    assert result.returncode == 0, result.stderr
+    compiled = tmp_path / "out" / "pool1d_ctx.onnx"
+    assert _inputs_of(compiled) == ["x"]
+    x = np.random.default_rng(0).standard_normal((2, 3, 6)).astype(np.float32)
+    [y] = qnn_session(compiled, allow_cpu_nodes=False).run(None, {"x": x})
+    np.testing.assert_allclose(y, x.reshape(2, 3, 3, 2).mean(axis=3), rtol=QNN_RTOL, atol=QNN_ATOL)

@@ -86,6 +86,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     model = onnx.load_model(str(source), load_external_data=False)
     before = _op_counts(model)
     constants = initializers_as_constants(model)
+    model.ir_version = max(model.ir_version, 4)  # below IR 4, ORT's writer lists every initializer it folds as an input too
     inlined = freeze_inputs(model, frozen) if frozen else []
     out_dir.mkdir(parents=True, exist_ok=True)
     fixes = apply_ep_fixes(model, ep_name, out_dir, ep_options or {})
