@@ -19,7 +19,7 @@ ORT_STATUS = re.compile(r"^\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*[A-Z_]+\s*:\s*")
 # onnxruntime::Model::Model(onnx::ModelProto&&, ...) Unsupported model IR version: 14, ...", "...Locale(const
 # std::string&)::<lambda()> Failed to construct locale ...").
 SOURCE_LOCATION = re.compile(r"^\S+\.(?:cc|cpp|h|hpp):\d+\s+(?:\S+\s+)?(?=[A-Z\[])")
-SOURCE_SIGNATURE = re.compile(r"\S+\.(?:cc|cpp|h|hpp):\d+\s+[^()]*\([^()]*\)(?:::<lambda\(\)>)?\s+(?=[A-Z\[])")
+SOURCE_SIGNATURE = re.compile(r"\S+\.(?:cc|cpp|h|hpp):\d+\s+[^()]*\([^()]*\)(?:::<lambda\(\)>)?\s+(?=\S)")
 # "Load model from PATH failed:" before the cause: the message that carries it names the model already.
 LOAD_FAILED = re.compile(r"^Load model from .*? failed:\s*")
 # "Load model from X failed: ... In Node, (...) , Error <cause>": the cause is what follows (errors.ort_reason).

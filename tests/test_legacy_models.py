@@ -182,6 +182,9 @@ def test_a_model_newer_than_onnxruntime_is_refused_with_the_reason_alone(tmp_pat
     ("Exception during initialization: /onnxruntime_src/onnxruntime/core/providers/cpu/text/string_normalizer.cc:235 "
      "onnxruntime::StringNormalizer::Locale::Locale(const std::string&)::<lambda()> Failed to construct locale with name:en_US.UTF-8",
      "Exception during initialization: Failed to construct locale with name:en_US.UTF-8"),
+    ("Non-zero status code returned while running PRelu node. Name:'' Status Message: /onnxruntime_src/onnxruntime/core/providers/cpu/math/"
+     "element_wise_ops.h:563 void onnxruntime::BroadcastIterator::Init(ptrdiff_t, ptrdiff_t) axis == 1 || axis == largest was false.",
+     "Non-zero status code returned while running PRelu node. Name:'' Status Message: axis == 1 || axis == largest was false."),
     ("Load model from a b.onnx failed:This is an invalid model. In Node, (\"\", FooBar, \"\", -1) : (\"x\": tensor(float),) -> (\"y\",) , "
      "Error No Op registered for FooBar with domain_version of 17", "No Op registered for FooBar with domain_version of 17"),
 ])
