@@ -20,24 +20,35 @@ from ortcompile.compile.cpunodes import CpuPins
 from ortcompile.compile.fallback import MAX_PROBES, probe_candidates
 
 
+def _save(path: Path, nodes: list[onnx.NodeProto], inputs: dict[str, list[int]], outputs: dict[str, list[int]], opset: int = 17) -> Path:
+    """A float model of `nodes` (inputs and outputs by name and shape), at an IR version onnxruntime 1.31 reads."""
+    def values(shapes: dict[str, list[int]]) -> list[onnx.ValueInfoProto]:
+        return [helper.make_tensor_value_info(name, TensorProto.FLOAT, shape) for name, shape in shapes.items()]
+
+    graph = helper.make_graph(nodes, path.stem, values(inputs), values(outputs))
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10), str(path))
+    return path
+
+
 def _crashing_pool(path: Path) -> Path:
     """Abs -> Relu -> AveragePool (the crash) -> Relu: the search tries Abs first (fewest nodes, then by name)."""
     nodes = [helper.make_node("Abs", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
              helper.make_node("AveragePool", ["r"], ["p"], kernel_shape=[7, 7], strides=[1, 1], pads=[0, 0, 1, 1]),
              helper.make_node("Relu", ["p"], ["y"])]
-    graph = helper.make_graph(nodes, "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 256, 7, 7])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 256, 2, 2])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(path))
-    return path
+    return _save(path, nodes, {"x": [1, 256, 7, 7]}, {"y": [1, 256, 2, 2]})
+
+
+def _refused(source: Path, out: Path, *needles: str) -> None:
+    """A default QNN compile of `source`: exit 1, one line naming `needles`, nothing published."""
+    result = run_cli("compile", source, "-o", out, "--ep", "qnn")
+    assert result.returncode == 1
+    assert_one_line_error(result.stderr, *needles)
+    assert not out.exists() or not any(out.iterdir())
 
 
 def test_a_crash_on_the_compiled_graph_is_refused_with_the_way_to_find_its_op(tmp_path: Path) -> None:
-    source = _crashing_pool(tmp_path / "pool.onnx")
-    result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn")
-    assert result.returncode == 1
-    assert_one_line_error(result.stderr, "the qnn EP crashed (SIGSEGV) while running the compiled pool_ctx.onnx",
-                          "next: --fallback auto to find the op type the EP fails on and keep it on the CPU EP, or --cpu-nodes op:TYPE")
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    _refused(_crashing_pool(tmp_path / "pool.onnx"), tmp_path / "out", "the qnn EP crashed (SIGSEGV) while running the compiled pool_ctx.onnx",
+             "next: --fallback auto to find the op type the EP fails on and keep it on the CPU EP, or --cpu-nodes op:TYPE")
 
 
 def test_fallback_auto_finds_the_op_type_the_ep_crashes_on_and_keeps_it_on_the_cpu(tmp_path: Path) -> None:
@@ -94,10 +105,8 @@ def test_a_pool_the_ep_crashes_on_or_computes_garbage_with_is_always_a_one_line_
     or returns garbage (SNR -81 dB), run to run. Whichever it does, in the check or in the localization's diagnostic
     run after it (which crashed into an internal error, exit 70, before: seen in 1 of 3 runs), the refusal is one line,
     exit 1."""
-    graph = helper.make_graph([helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER")], "pool",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 32, 32])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 32, 32])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "same.onnx"))
+    _save(tmp_path / "same.onnx", [helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], auto_pad="SAME_UPPER")],
+          {"x": [1, 3, 32, 32]}, {"y": [1, 3, 32, 32]})
     for attempt in range(4):
         result = run_cli("compile", tmp_path / "same.onnx", "-o", tmp_path / f"out{attempt}", "--ep", "qnn")
         assert result.returncode == 1, result.stderr
@@ -110,19 +119,13 @@ def _grid_sample_3d(path: Path) -> Path:
     which then does not take it (ONNX's gridsample_volumetric node tests): a graph no EP can run."""
     nodes = [helper.make_node("Relu", ["X"], ["r"]), helper.make_node("GridSample", ["r", "Grid"], ["g"], mode="linear", align_corners=0),
              helper.make_node("Sigmoid", ["g"], ["Y"])]
-    graph = helper.make_graph(nodes, "grid", [helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1, 3, 2, 2]),
-                                              helper.make_tensor_value_info("Grid", TensorProto.FLOAT, [1, 2, 4, 2, 3])],
-                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 1, 2, 4, 2])])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 22)], ir_version=10), str(path))
-    return path
+    return _save(path, nodes, {"X": [1, 1, 3, 2, 2], "Grid": [1, 2, 4, 2, 3]}, {"Y": [1, 1, 2, 4, 2]}, opset=22)
 
 
 def test_an_op_whose_nhwc_form_the_ep_refuses_is_named_and_moved_by_fallback_auto(tmp_path: Path) -> None:
     source = _grid_sample_3d(tmp_path / "grid.onnx")
-    result = run_cli("compile", source, "-o", tmp_path / "refused", "--ep", "qnn")
-    assert result.returncode == 1
-    assert_one_line_error(result.stderr, "qnn: compilation failed: qnn refused the NHWC GridSample ONNX Runtime's layout transform made for it",
-                          "keep GridSample on the CPU EP: --cpu-nodes op:GridSample, or --fallback auto")
+    _refused(source, tmp_path / "refused", "qnn: compilation failed: qnn refused the NHWC GridSample ONNX Runtime's layout transform made for it",
+             "keep GridSample on the CPU EP: --cpu-nodes op:GridSample, or --fallback auto")
 
     result = run_cli("compile", source, "-o", tmp_path / "out", "--ep", "qnn", "--fallback", "auto", "--json")
     assert result.returncode == 0, result.stderr
