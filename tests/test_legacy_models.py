@@ -217,3 +217,15 @@ def test_an_ir3_model_whose_constants_are_folded_takes_no_new_inputs(tmp_path: P
     x = np.random.default_rng(0).standard_normal((2, 3, 6)).astype(np.float32)
     [y] = qnn_session(compiled, allow_cpu_nodes=False).run(None, {"x": x})
     np.testing.assert_allclose(y, x.reshape(2, 3, 3, 2).mean(axis=3), rtol=QNN_RTOL, atol=QNN_ATOL)
+
+
+def test_a_float64_model_is_refused_saying_the_ep_takes_no_float64(tmp_path: Path) -> None:
+    """ONNX's pytorch-operator models compute in double: QNN takes none of their nodes, and the refusal says why."""
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "f64",
+                              [helper.make_tensor_value_info(n, TensorProto.DOUBLE, [2, 3]) for n in ("a", "b")],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [2, 3])])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "f64.onnx"))
+    result = run_cli("compile", tmp_path / "f64.onnx", "-o", tmp_path / "out", "--ep", "qnn")
+    assert result.returncode == 1
+    assert_one_line_error(result.stderr, "qnn: the EP took none of this model's nodes: the model computes in float64 (inputs a, b), which qnn "
+                          "does not take; export or convert it to float32, or pass --allow-partial")

@@ -155,6 +155,12 @@ class CompileJob:
                                      f"Runtime supports opset {MIN_LAYOUT_OPSET} and above (EPs that change the layout, like QNN, refuse "
                                      "older models); convert it (onnx.version_converter.convert_version(model, 17)), or pass "
                                      "--allow-partial to publish it for the CPU EP", exc.detail)
+        floats = [i for i in plan.source.inputs if i.dtype in ("FLOAT", "FLOAT16", "BFLOAT16", "DOUBLE")]
+        if floats and all(i.dtype == "DOUBLE" for i in floats):
+            names = f"input{'s' if len(floats) > 1 else ''} {', '.join(i.name for i in floats)}"
+            return CompilationFailed(f"{short}: the EP took none of this model's nodes: the model computes in float64 ({names}), which "
+                                     f"{short} does not take; export or convert it to float32, or pass --allow-partial to publish it for "
+                                     "the CPU EP", exc.detail)
         return CompilationFailed(f"{short}: the EP took none of this model's nodes; pass --allow-partial to publish it for the CPU EP", exc.detail)
 
     def graph_pass(self, staging_dir: Path, step: EpStepOutput, workers: Workers, embed: str | None = None,

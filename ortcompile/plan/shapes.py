@@ -136,7 +136,7 @@ def still_dynamic(source: SourceModel, pins: Pins, frozen: set[str] = frozenset(
             continue
         shape = pins.shape_of(model_input)
         if any(not isinstance(d, int) for d in shape):
-            left.append(InputInfo(model_input.name, shape))
+            left.append(InputInfo(model_input.name, shape, model_input.dtype))
     return left
 
 

@@ -42,6 +42,7 @@ class TensorInfo:
 class InputInfo:
     name: str
     dims: tuple[int | str | None, ...]  # int: fixed; str: symbolic name; None: unknown
+    dtype: str = ""  # ONNX's element type name ("FLOAT", "DOUBLE"); "" when not a tensor or not declared
 
     @property
     def is_dynamic(self) -> bool:
@@ -121,7 +122,8 @@ def _checked_source(path: Path, model: Any, size: int) -> SourceModel:
             external_paths[tensor.external.location] = _resolve_location(path, _owner(tensor), tensor.external.location)
     _check_external_extents(path, tensors, external_paths)
     _check_epcontext_paths(path, model)
-    inputs = tuple(InputInfo(v.name, input_dims(v)) for v in graph_inputs(model.graph))
+    inputs = tuple(InputInfo(v.name, input_dims(v), (v.type.HasField("tensor_type") and dtype_name(v.type.tensor_type.elem_type)) or "")
+                   for v in graph_inputs(model.graph))
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)
     return SourceModel(path, tensors, inputs, external_paths, size, op_counts(model.graph.node), opset)
 
