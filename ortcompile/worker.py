@@ -51,10 +51,14 @@ def mark_crash_contained() -> None:
     crash_contained = True
 
 
+NOT_PUBLISHED = "; nothing was published"  # how a crashed worker's message ends
+
+
 class WorkerCrashed(CompilationFailed):
     """The child died from a signal or exited without answering."""
 
     signal: int | None = None  # the signal it died of (SIGKILL: killed, e.g. out of memory; SIGSEGV, SIGABRT...: a bug)
+    compiled_failed: bool = False  # it crashed in the EP on a compiled model the check loaded or ran (finish.py marks it)
 
 
 class ChildTraceback(Exception):
@@ -144,7 +148,7 @@ class Worker:
             how = f"crashed ({ended(code)})"
         else:
             how = f"exited with code {code}"
-        crashed = WorkerCrashed(f"{self.label} {how} while {doing}; nothing was published")
+        crashed = WorkerCrashed(f"{self.label} {how} while {doing}{NOT_PUBLISHED}")
         crashed.signal = -code if code is not None and code < 0 else None
         return crashed
 

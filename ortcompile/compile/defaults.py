@@ -16,15 +16,15 @@ from typing import Any
 
 
 def initializers_as_constants(model: Any) -> list[str]:
-    """Take every initializer out of `model`'s graph inputs; returns the names that were overridable (IR >= 4)."""
+    """Take every initializer out of `model`'s graph inputs and make it IR 4 at least (IR 3 wants every initializer
+    listed as an input, and ORT's IR 3 writer lists those it folds too); returns the names that were overridable."""
     names = {t.name for t in model.graph.initializer}
-    kept = [i for i in model.graph.input if i.name not in names]
-    if len(kept) == len(model.graph.input):
-        return []
     overridable = [i.name for i in model.graph.input if i.name in names] if model.ir_version >= 4 else []
-    del model.graph.input[:]
-    model.graph.input.extend(kept)
-    model.ir_version = max(model.ir_version, 4)  # IR 3 wants every initializer listed as an input
+    kept = [i for i in model.graph.input if i.name not in names]
+    if len(kept) < len(model.graph.input):
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+    model.ir_version = max(model.ir_version, 4)
     return overridable
 
 

@@ -44,7 +44,7 @@ from ortcompile.plan.planner import CompilePlan
 from ortcompile.progress import Reporter
 from ortcompile.readback.lint import Finding, lint_model
 from ortcompile.readback.nextsteps import next_steps, placement_step
-from ortcompile.worker import WorkerCrashed, Workers
+from ortcompile.worker import NOT_PUBLISHED, WorkerCrashed, Workers
 
 if TYPE_CHECKING:
     from ortcompile.readback.localize import Divergence
@@ -90,6 +90,12 @@ class FallbackState:
         if self.model is None or not self.can_cut:  # (no graph read: no --cpu-nodes, --fallback or fp16 lint asked for it)
             return Placement(pins.op_types)
         return placement_of(self.model, pins)
+
+    def failed_round(self, failure: str) -> None:
+        """A round in which the EP failed on its own graph (nothing to localize): this round's placement and why."""
+        failure = failure.removesuffix(NOT_PUBLISHED)
+        self.rounds.append({"op_types": list(self.how.op_types), "cut": list(self.how.cut), "worst_snr_db": None, "first": [],
+                            "divergence": {"ep_failure": failure}, "ep_failure": failure})
 
     def record(self, check_report: JsonObject | None) -> JsonObject | None:
         """For the manifest: requested patterns, op types refused to the EP, the nodes on the CPU EP, the rounds."""
@@ -223,16 +229,17 @@ def _move_refused(job: CompileRound, state: FallbackState, refused: LayoutRefuse
     if (plan.options.fallback != "auto" or plan.ep.name not in CPU_PINNING_EPS or plan.options.partition is not None
             or refused.op_type in state.pins.op_types or len(state.rounds) >= MAX_PROBES):
         raise refused
-    state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": None, "first": [],
-                         "divergence": {"ep_failure": refused.message}, "ep_failure": refused.message})
+    state.failed_round(refused.message)
     job.reporter.stage(f"fallback: moving {refused.op_type} to the CPU EP ({plan.ep.info.short_name} refused its NHWC form)")
     state.pins = state.pins.adding([refused.op_type])
 
 
 def ep_failed(exc: CompilationFailed | VerificationFailed) -> bool:
     """The EP crashed on, or could not load or run, the graph it compiled: not outputs that differ, not the source."""
+    if isinstance(exc, WorkerCrashed):
+        return exc.compiled_failed
     report = getattr(exc, "parity_report", None)
-    return bool(getattr(exc, "compiled_failed", False) or (report is not None and report.compiled_failed))
+    return report is not None and report.compiled_failed
 
 
 @dataclass
@@ -263,9 +270,7 @@ def _probe_on(job: CompileRound, state: FallbackState, probe: Probe | None, exc:
                         "(-v shows its log)", detail=exc.detail) from exc
     op_type = probe.left.pop(0)
     probe.tried.append(op_type)
-    failure = exc.message.removesuffix("; nothing was published")
-    state.rounds.append({"op_types": list(state.how.op_types), "cut": list(state.how.cut), "worst_snr_db": None, "first": [],
-                         "divergence": {"ep_failure": failure}, "ep_failure": failure})
+    state.failed_round(exc.message)
     job.reporter.stage(f"fallback: the EP failed on the compiled graph; trying {op_type} on the CPU EP")
     state.pins = probe.base.adding([op_type])
     return probe
@@ -319,7 +324,7 @@ def _localize(job: CompileRound, staging_dir: Path, workers: Workers, report: An
     except WorkerCrashed as exc:
         if exc.signal in EP_BUG_SIGNALS and plan.options.fallback == "auto":
             raise  # the EP crashed on the diagnostic copy: run_rounds looks for the op type it fails on instead
-        return Divergence(error=exc.message.removesuffix("; nothing was published"))
+        return Divergence(error=exc.message.removesuffix(NOT_PUBLISHED))
     except Exception as exc:  # only a diagnosis: never hide the check's own verdict
         return Divergence(error=str(getattr(exc, "message", exc)))
 

@@ -313,7 +313,7 @@ def _ep_death_marked() -> Iterator[None]:
     try:
         yield
     except WorkerCrashed as exc:
-        exc.compiled_failed = exc.signal in EP_BUG_SIGNALS  # type: ignore[attr-defined]
+        exc.compiled_failed = exc.signal in EP_BUG_SIGNALS
         raise
 
 

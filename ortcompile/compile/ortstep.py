@@ -49,6 +49,8 @@ class LayoutRefused(CompilationFailed):
 
     def __reduce__(self) -> tuple[type, tuple[str, str | None, str]]:  # type: ignore[override]
         return (type(self), (self.message, self.detail, self.op_type))
+
+
 _CALLBACK_SUPPORT: dict[str, bool] = {}  # EP name -> accepts the EP-context write callback (asked once per process)
 # Measured answers, so a fresh worker does not ask again on every compile (the one-node probe: 0.04-0.06 CPU s of a
 # 0.4-1.6 s small-model compile): (EP name, EP version, onnxruntime version) -> accepts the callback. Any other

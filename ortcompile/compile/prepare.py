@@ -85,8 +85,7 @@ def prepare_model(source: Path, pins: Pins, out_dir: Path, inline_threshold: int
     clock = time.perf_counter()
     model = onnx.load_model(str(source), load_external_data=False)
     before = _op_counts(model)
-    constants = initializers_as_constants(model)
-    model.ir_version = max(model.ir_version, 4)  # below IR 4, ORT's writer lists every initializer it folds as an input too
+    constants = initializers_as_constants(model)  # (and IR 4 at least: see defaults.py)
     inlined = freeze_inputs(model, frozen) if frozen else []
     out_dir.mkdir(parents=True, exist_ok=True)
     fixes = apply_ep_fixes(model, ep_name, out_dir, ep_options or {})
